@@ -1,0 +1,113 @@
+"""One scoring for every method: expected tokens, trace replay, and step time on hardware.
+
+A speculative step costs d draft levels plus one verification of the n tree tokens:
+step = d · t_draft + t_verify(n). t_draft is one draft forward of a single token at the
+context length (draft levels of a small model at batch 1 are memory-bound, so a level of
+width w costs about the same; the executor measures the difference); a model-free drafter
+(n-gram, suffix, recycling) costs 0. Speedup compares tokens/s with autoregressive decoding
+(one target forward per token) on the same hardware and context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from specscope.hw_profiles import CostModel
+from specscope.trace import Trace, replay
+from specscope.tree import Acceptance, Tree
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """Prices speculative steps of one (hardware, target, drafter, context, batch)."""
+
+    target: CostModel
+    drafter: CostModel | None
+    context_len: int
+    batch: int = 1
+    ssm_verify: str = "stree"
+
+    @cached_property
+    def draft_level_s(self) -> float:
+        """Seconds for one draft level (0 for a model-free drafter)."""
+        if self.drafter is None:
+            return 0.0
+        return float(self.drafter.forward_time(self.batch, 1, self.context_len))
+
+    @cached_property
+    def autoregressive_s(self) -> float:
+        """Seconds per token of plain autoregressive decoding."""
+        return float(self.target.forward_time(self.batch, 1, self.context_len))
+
+    def verify_s(self, n: int, depth: int, leaves: int | None = None) -> float:
+        """Seconds for the target to verify a tree of n tokens."""
+        return float(
+            self.target.verify_time(
+                n, self.context_len, batch=self.batch, depth=depth, leaves=leaves,
+                ssm_verify=self.ssm_verify,
+            )
+        )
+
+    def step_s(self, n: int, depth: int, leaves: int | None = None) -> float:
+        """Seconds for one speculative step: d draft levels + one verification."""
+        return depth * self.draft_level_s + self.verify_s(n, depth, leaves)
+
+    def tree_step_s(self, tree: Tree) -> float:
+        """Seconds for one speculative step with this tree."""
+        return self.step_s(tree.size, tree.depth, int(tree.leaves.size))
+
+
+@dataclass(frozen=True)
+class Score:
+    """A tree priced and valued: what `optimize-tree` prints for one method."""
+
+    algo: str
+    tree: Tree
+    expected_tokens: float
+    replay_tokens: float | None
+    step_time_s: float
+    autoregressive_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Predicted tokens/s: expected tokens per step over the step time."""
+        return self.expected_tokens / self.step_time_s
+
+    @property
+    def speedup(self) -> float:
+        """Predicted tokens/s over autoregressive tokens/s on the same hardware."""
+        return self.tokens_per_s * self.autoregressive_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record of DESIGN.md's `optimize-tree --json` (times in ms)."""
+        out: dict[str, Any] = {
+            "algo": self.algo,
+            "n": self.tree.size,
+            "depth": self.tree.depth,
+            "expected_tokens": self.expected_tokens,
+        }
+        if self.replay_tokens is not None:
+            out["replay_tokens"] = self.replay_tokens
+        out |= {
+            "step_time_ms": self.step_time_s * 1e3,
+            "tokens_per_s": self.tokens_per_s,
+            "speedup": self.speedup,
+            "tree": self.tree.to_dict(),
+        }
+        return out
+
+
+def score_tree(
+    algo: str, tree: Tree, p: Acceptance, pricing: Pricing, trace: Trace | None = None
+) -> Score:
+    """Value `tree` under p (and by exact replay over `trace` when given) and price it."""
+    return Score(
+        algo=algo,
+        tree=tree,
+        expected_tokens=tree.expected_tokens(p),
+        replay_tokens=None if trace is None else replay(trace, tree).tokens_per_step,
+        step_time_s=pricing.tree_step_s(tree),
+        autoregressive_s=pricing.autoregressive_s,
+    )
