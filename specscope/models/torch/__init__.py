@@ -1,0 +1,14 @@
+"""Executable torch models: a Llama-style `Transformer`, a Mamba-2-style `Mamba2`, and
+`hf.HFCausalLM` for local Hugging Face checkpoints (imported from `specscope.models.torch.hf`, so
+that using the first two does not load transformers).
+
+`Transformer` and `HFCausalLM` share the executor's interface: `prefill(tokens)`,
+`forward(tokens, input_pos)`, `forward_tree(tokens, tree, committed_len)` and
+`compact(committed_len, accepted_nodes)`. `Mamba2` verifies trees from a recurrent state instead:
+`verify_tree_naive`, `verify_tree_stree`, then `advance`.
+"""
+
+from specscope.models.torch.ssm import Mamba2, SSMState
+from specscope.models.torch.transformer import KVCache, Transformer, load_checkpoint
+
+__all__ = ["KVCache", "Mamba2", "SSMState", "Transformer", "load_checkpoint"]

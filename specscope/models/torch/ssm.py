@@ -1,0 +1,381 @@
+"""Mamba-2-style state-space model built from a `ModelSpec`, with two tree verifiers.
+
+Parameter names and layouts are those of Hugging Face `Mamba2ForCausalLM` (`backbone.layers.{i}.
+mixer.in_proj`, `conv1d`, `dt_bias`, `A_log`, `D`, `norm`, `out_proj`, …), so its checkpoints load
+with `load_checkpoint`. A spec with d_ff > 0 adds a SwiGLU MLP to every block.
+
+The mixer runs in two forms (ALGORITHMS.md, "State-space targets"):
+- `step`, the recurrence: h ← exp(Δ·A)·h + Δ·x⊗B, y = C·h + D·x, one token per call;
+- the masked dual form over n new tokens at once, given an ancestor mask. With a lower-triangular
+  mask it is a chunk of Mamba-2's SSD (chunked prefill, naive per-leaf verification); with a
+  tree's ancestor mask it is STree's one-pass tree verification. The causal conv reads each
+  token's ancestor chain, reaching into the committed conv inputs above the first token.
+
+States are values: every method returns a new `SSMState` and leaves its argument untouched, so a
+committed state can be verified against many trees. A state covers the tokens before the tree's
+root; the root is the first token the verifiers process.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specscope.errors import InputError
+from specscope.models.spec import ModelSpec
+from specscope.models.torch.transformer import FeedForward, RMSNorm, random_init
+from specscope.tree import Tree
+
+CHUNK = 64
+"""Prefill chunk length: the masked form costs O(chunk²) per token group."""
+
+
+@dataclass(frozen=True)
+class SSMState:
+    """Recurrent state of every layer after the tokens seen so far.
+
+    conv: (layers, batch, conv_dim, conv_kernel − 1), the last conv inputs, oldest first, in the
+    weights' dtype; ssm: (layers, batch, heads, head_dim, d_state) in `state_dtype`.
+    """
+
+    conv: torch.Tensor
+    ssm: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How n new tokens connect: who precedes whom and which inputs each conv window reads.
+
+    mask: bool (n, n), [i, j] True when j is an ancestor-or-self of i (a chain: lower triangle).
+    conv_index: long (n, K), for each token the columns of [committed conv inputs | new tokens]
+    in its conv window, oldest first, itself last.
+    """
+
+    mask: torch.Tensor
+    conv_index: torch.Tensor
+
+
+def chain_layout(n: int, kernel: int, device: torch.device | str) -> Layout:
+    """The layout of n consecutive tokens."""
+    mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    index = torch.arange(n, device=device)[:, None] + torch.arange(kernel, device=device)
+    return Layout(mask, index)
+
+
+def tree_layout(tree: Tree, kernel: int, device: torch.device | str) -> Layout:
+    """The layout of a tree's nodes: each conv window walks up the node's ancestors."""
+    index = np.empty((tree.size, kernel), dtype=np.int64)
+    for i in range(tree.size):
+        node, above_root = i, kernel - 2
+        for k in range(kernel - 1, -1, -1):
+            if node >= 0:
+                index[i, k] = kernel - 1 + node
+                node = int(tree.parents[node])
+            else:
+                index[i, k] = above_root
+                above_root -= 1
+    mask = torch.tensor(tree.ancestor_mask, device=device)
+    return Layout(mask, torch.tensor(index, device=device))
+
+
+def ssd(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    h0: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked SSD: outputs of n tokens after state h0, and the state after the last token's path.
+
+    x (b, n, H, P), dt (b, n, H), a (H,), b and c (b, n, H, N), h0 (b, H, P, N), mask (n, n).
+    With L_i = Σ_{j ∈ anc(i)} Δ_j·A:
+    y_i = e^{L_i}·C_i·h0 + Σ_{j ∈ anc(i)} e^{L_i−L_j}·(C_i·B_j)·Δ_j·x_j.
+    """
+    log_decay = torch.einsum("ij,bjh->bih", mask.to(dt.dtype), dt * a)
+    gaps = log_decay[:, :, None] - log_decay[:, None, :]
+    decay = gaps.masked_fill(~mask[None, :, :, None], -math.inf).exp()
+    weights = torch.einsum("bihn,bjhn->bijh", c, b) * decay * dt[:, None]
+    y = torch.einsum("bijh,bjhp->bihp", weights, x)
+    y = y + log_decay.exp()[..., None] * torch.einsum("bihn,bhpn->bihp", c, h0)
+    last = decay[:, -1] * dt
+    h = log_decay[:, -1].exp()[..., None, None] * h0
+    h = h + torch.einsum("bjh,bjhp,bjhn->bhpn", last, x, b)
+    return y, h
+
+
+def state_dtype(weights: torch.dtype) -> torch.dtype:
+    """The SSM's arithmetic and state dtype: at least float32, as decays compound over tokens."""
+    return torch.promote_types(weights, torch.float32)
+
+
+class GatedRMSNorm(nn.Module):
+    """RMSNorm of y·silu(z) over each group of channels (Mamba-2's output norm)."""
+
+    def __init__(self, dim: int, groups: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.groups, self.eps = groups, eps
+
+    def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        work = torch.promote_types(y.dtype, torch.float32)
+        h = y.to(work) * F.silu(z.to(work))
+        h = h.unflatten(-1, (self.groups, -1))
+        h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).flatten(-2)
+        return self.weight * h.to(y.dtype)
+
+
+class Mamba2Mixer(nn.Module):
+    """In projection, causal depthwise conv over (x, B, C), SSD, gated norm, out projection."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.heads, self.head_dim = spec.ssm_heads, spec.ssm_head_dim
+        self.groups, self.d_state = spec.ssm_groups, spec.d_state
+        self.d_inner = spec.d_inner
+        self.conv_dim = self.d_inner + 2 * self.groups * self.d_state
+        projected = self.d_inner + self.conv_dim + self.heads
+        self.in_proj = nn.Linear(spec.d_model, projected, bias=False)
+        self.conv1d = nn.Conv1d(
+            self.conv_dim,
+            self.conv_dim,
+            spec.conv_kernel,
+            groups=self.conv_dim,
+            padding=spec.conv_kernel - 1,
+        )
+        self.dt_bias = nn.Parameter(torch.zeros(self.heads))
+        self.A_log = nn.Parameter(torch.zeros(self.heads))
+        self.D = nn.Parameter(torch.ones(self.heads))
+        self.norm = GatedRMSNorm(self.d_inner, self.groups, spec.norm_eps)
+        self.out_proj = nn.Linear(self.d_inner, spec.d_model, bias=False)
+
+    def forward(
+        self, u: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor, layout: Layout
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Masked form: outputs (b, n, d_model) and the states after the last token's path."""
+        z, xbc, dt = self._project(u)
+        inputs = torch.cat([conv, xbc.transpose(1, 2)], dim=-1)
+        windows = inputs[:, :, layout.conv_index]
+        xbc = torch.einsum("bcnk,ck->bnc", windows, self.conv1d.weight[:, 0])
+        x, b, c = self._split(F.silu(xbc + self.conv1d.bias))
+        y, h = ssd(x, dt, -self.A_log.exp(), b, c, ssm, layout.mask)
+        return self._output(y, x, z), inputs[:, :, layout.conv_index[-1, 1:]], h
+
+    def step(
+        self, u: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Recurrent form for one token per row, u (b, d_model): output and the next states."""
+        z, xbc, dt = self._project(u)
+        window = torch.cat([conv, xbc[..., None]], dim=-1)
+        xbc = (window * self.conv1d.weight[:, 0]).sum(-1) + self.conv1d.bias
+        x, b, c = self._split(F.silu(xbc))
+        decay = torch.exp(-dt * self.A_log.exp())
+        h = decay[..., None, None] * ssm + (dt[..., None] * x)[..., None] * b[..., None, :]
+        y = torch.einsum("bhpn,bhn->bhp", h, c)
+        return self._output(y, x, z), window[..., 1:], h
+
+    def _project(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Gate z, conv input (x, B, C) and step size Δ = softplus(dt + bias) of every token."""
+        z, xbc, dt = self.in_proj(u).split([self.d_inner, self.conv_dim, self.heads], dim=-1)
+        return z, xbc, F.softplus(dt + self.dt_bias).to(state_dtype(u.dtype))
+
+    def _split(self, xbc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (…, H, P) and B, C (…, H, N), each group's B and C shared by its heads."""
+        xbc = xbc.to(state_dtype(xbc.dtype))
+        bc = self.groups * self.d_state
+        x, b, c = xbc.split([self.d_inner, bc, bc], dim=-1)
+        per_group = self.heads // self.groups
+        b = b.unflatten(-1, (self.groups, self.d_state)).repeat_interleave(per_group, dim=-2)
+        c = c.unflatten(-1, (self.groups, self.d_state)).repeat_interleave(per_group, dim=-2)
+        return x.unflatten(-1, (self.heads, self.head_dim)), b, c
+
+    def _output(self, y: torch.Tensor, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        y = (y + self.D[:, None] * x).flatten(-2)
+        return self.out_proj(self.norm(y, z).to(z.dtype))
+
+
+class Mamba2Block(nn.Module):
+    """Pre-norm mixer with a residual; a pre-norm SwiGLU MLP too when the spec has d_ff > 0."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.norm = RMSNorm(spec.d_model, spec.norm_eps)
+        self.mixer = Mamba2Mixer(spec)
+        has_mlp = spec.d_ff > 0
+        self.post_mixer_norm = RMSNorm(spec.d_model, spec.norm_eps) if has_mlp else None
+        self.mlp = FeedForward(spec.d_model, spec.d_ff) if has_mlp else None
+
+    def forward(
+        self, x: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor, layout: Layout | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`layout` None: x (b, d_model) is one token per row, run recurrently."""
+        u = self.norm(x)
+        if layout is None:
+            mixed, conv, ssm = self.mixer.step(u, conv, ssm)
+        else:
+            mixed, conv, ssm = self.mixer(u, conv, ssm, layout)
+        x = x + mixed
+        if self.mlp is not None:
+            x = x + self.mlp(self.post_mixer_norm(x))
+        return x, conv, ssm
+
+
+class Backbone(nn.Module):
+    """Embedding, blocks and final norm: the `backbone.` prefix of a Mamba-2 state dict."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.embeddings = nn.Embedding(spec.vocab_size, spec.d_model)
+        self.layers = nn.ModuleList(Mamba2Block(spec) for _ in range(spec.n_layers))
+        self.norm_f = RMSNorm(spec.d_model, spec.norm_eps)
+
+
+class Mamba2(nn.Module):
+    """A Mamba-2-style causal LM from a `ModelSpec` with arch "ssm"."""
+
+    embedding_key = "backbone.embeddings.weight"
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        if spec.arch != "ssm":
+            raise InputError(f"model {spec.name}: Mamba2 needs arch 'ssm', not {spec.arch!r}")
+        if spec.ssm_heads % spec.ssm_groups:
+            raise InputError(
+                f"model {spec.name}: {spec.ssm_heads} SSM heads do not split into "
+                f"{spec.ssm_groups} groups"
+            )
+        self.spec = spec
+        self.backbone = Backbone(spec)
+        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share the embedding with the LM head when the spec ties them."""
+        if self.spec.tie_embeddings:
+            self.lm_head.weight = self.backbone.embeddings.weight
+
+    @classmethod
+    def random(
+        cls,
+        spec: ModelSpec,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        std: float = 0.02,
+    ) -> Mamba2:
+        """A seeded random model, e.g. for latency runs of catalogue shapes (see `random_init`)."""
+        return random_init(cls, spec, seed, dtype, device, std)
+
+    @torch.no_grad()
+    def reset_special_parameters(self, generator: torch.Generator) -> None:
+        """Mamba-2's initialisation of the decays: A ~ U(1, 16), Δ ~ logU(1e-3, 1e-1), D = 1."""
+        for block in self.backbone.layers:
+            mixer = block.mixer
+            a = torch.empty_like(mixer.A_log).uniform_(1.0, 16.0, generator=generator)
+            mixer.A_log.copy_(a.log())
+            u = torch.empty_like(mixer.dt_bias).uniform_(generator=generator)
+            dt = torch.exp(u * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+            mixer.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus⁻¹(dt)
+            mixer.D.fill_(1.0)
+            mixer.conv1d.bias.zero_()
+
+    def new_state(self, batch: int = 1) -> SSMState:
+        """The zero state before any token, on the device of the weights (see `state_dtype`)."""
+        s, w = self.spec, self.lm_head.weight
+        conv_dim = self.backbone.layers[0].mixer.conv_dim
+        return SSMState(
+            w.new_zeros(s.n_layers, batch, conv_dim, s.conv_kernel - 1),
+            w.new_zeros(
+                s.n_layers,
+                batch,
+                s.ssm_heads,
+                s.ssm_head_dim,
+                s.d_state,
+                dtype=state_dtype(w.dtype),
+            ),
+        )
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor, state: SSMState) -> tuple[torch.Tensor, SSMState]:
+        """Logits (b, vocab) of one token per row (b,) by the recurrence, and the next state."""
+        hidden, state = self._run(tokens, state, None)
+        return self.lm_head(hidden), state
+
+    @torch.no_grad()
+    def prefill(
+        self, tokens: torch.Tensor, state: SSMState | None = None
+    ) -> tuple[torch.Tensor, SSMState]:
+        """Logits (b, t, vocab) of tokens (b, t) after `state` (default: empty), and the new state.
+
+        Runs `CHUNK` tokens at a time in the masked form.
+        """
+        if state is None:
+            state = self.new_state(tokens.shape[0])
+        hidden, state = self._chain(tokens, state)
+        return self.lm_head(hidden), state
+
+    @torch.no_grad()
+    def verify_tree_naive(self, tokens: torch.Tensor, tree: Tree, state: SSMState) -> torch.Tensor:
+        """Logits (n, vocab) of every node, unrolling each root-to-leaf path from `state` (batch 1).
+
+        One pass with a batch row (and a copy of the state) per leaf, leaves × (depth + 1) tokens;
+        shorter paths are padded at the end, which causality keeps from changing them.
+        """
+        paths = [tree.path(int(leaf)) for leaf in tree.leaves]
+        width = tree.depth + 1
+        rows = torch.tensor([p + p[-1:] * (width - len(p)) for p in paths], device=tokens.device)
+        first_row: dict[int, int] = {}
+        for r, path in enumerate(paths):
+            for node in path:
+                first_row.setdefault(node, r)
+        copies = SSMState(
+            state.conv.expand(-1, len(paths), -1, -1), state.ssm.expand(-1, len(paths), -1, -1, -1)
+        )
+        layout = chain_layout(width, self.spec.conv_kernel, tokens.device)
+        hidden, _ = self._run(tokens[rows], copies, layout)
+        row = torch.tensor([first_row[v] for v in range(tree.size)], device=tokens.device)
+        col = torch.tensor(tree.depths, device=tokens.device)
+        return self.lm_head(hidden[row, col])
+
+    @torch.no_grad()
+    def verify_tree_stree(self, tokens: torch.Tensor, tree: Tree, state: SSMState) -> torch.Tensor:
+        """Logits (n, vocab) of every node in one tree-masked pass from `state` (batch 1), STree."""
+        layout = tree_layout(tree, self.spec.conv_kernel, tokens.device)
+        hidden, _ = self._run(tokens[None], state, layout)
+        return self.lm_head(hidden[0])
+
+    @torch.no_grad()
+    def advance(self, state: SSMState, tokens: torch.Tensor) -> SSMState:
+        """The state after the accepted path's tokens (k,), root first, recomputed from `state`.
+
+        Activation replay: the k accepted tokens run through the model again in the chain form;
+        nothing off the path is touched.
+        """
+        return self._chain(tokens[None], state)[1]
+
+    def _chain(self, tokens: torch.Tensor, state: SSMState) -> tuple[torch.Tensor, SSMState]:
+        hidden = []
+        for start in range(0, tokens.shape[1], CHUNK):
+            chunk = tokens[:, start : start + CHUNK]
+            layout = chain_layout(chunk.shape[1], self.spec.conv_kernel, tokens.device)
+            h, state = self._run(chunk, state, layout)
+            hidden.append(h)
+        return torch.cat(hidden, dim=1), state
+
+    def _run(
+        self, tokens: torch.Tensor, state: SSMState, layout: Layout | None
+    ) -> tuple[torch.Tensor, SSMState]:
+        """Final hidden states of `tokens` and the state after the last token's path."""
+        x = self.backbone.embeddings(tokens)
+        conv, ssm = [], []
+        for block, c, h in zip(self.backbone.layers, state.conv, state.ssm, strict=True):
+            x, c, h = block(x, c, h, layout)
+            conv.append(c)
+            ssm.append(h)
+        return self.backbone.norm_f(x), SSMState(torch.stack(conv), torch.stack(ssm))

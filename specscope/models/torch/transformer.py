@@ -1,0 +1,330 @@
+"""Llama-style decoder built from a `ModelSpec`, with tree verification and KV compaction.
+
+Parameter names and layouts are those of Hugging Face `LlamaForCausalLM`, so a state dict moves
+between the two with `load_state_dict`. The KV cache is preallocated (batch × kv heads × max len ×
+head dim): token slots are written in place, and attention reads slots 0..kv_len−1 under an
+additive mask. A chain writes position p into slot p; a tree writes node i into slot
+committed_len + i at position committed_len + depth(i), and `compact` moves the accepted path
+back into consecutive slots. The public methods run under `torch.no_grad`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import nn
+
+from specscope.errors import InputError
+from specscope.models.spec import ModelSpec
+from specscope.models.torch.tree_inputs import (
+    chain_attention_mask,
+    tree_attention_mask,
+    tree_position_ids,
+)
+from specscope.tree import Tree
+
+if TYPE_CHECKING:
+    from specscope.models.torch.ssm import Mamba2
+
+M = TypeVar("M", bound=nn.Module)
+
+
+class KVCache(nn.Module):
+    """Preallocated keys and values of one attention layer: (batch, kv_heads, max_len, head_dim)."""
+
+    def __init__(
+        self,
+        batch: int,
+        kv_heads: int,
+        max_len: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        super().__init__()
+        shape = (batch, kv_heads, max_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(
+        self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v (b, kv_heads, t, head_dim) into `slots` (t,); return the first b rows."""
+        b = k.shape[0]
+        self.k[:b].index_copy_(2, slots, k)
+        self.v[:b].index_copy_(2, slots, v)
+        return self.k[:b], self.v[:b]
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) · weight, computed in at least float32 as Hugging Face does."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(torch.promote_types(x.dtype, torch.float32))
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (t, head_dim) of rotary embeddings at `positions`, halves concatenated."""
+    work = torch.promote_types(dtype, torch.float32)
+    exponents = torch.arange(0, head_dim, 2, device=positions.device, dtype=work) / head_dim
+    freqs = positions.to(work)[:, None] / theta ** exponents[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x (..., t, head_dim) by position; the half-split convention of Llama checkpoints."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    """Grouped-query attention over a `KVCache` (set by `Transformer.setup_caches`)."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = spec.n_heads, spec.n_kv_heads, spec.head_dim
+        self.q_proj = nn.Linear(spec.d_model, spec.n_heads * spec.head_dim, bias=False)
+        self.k_proj = nn.Linear(spec.d_model, spec.n_kv_heads * spec.head_dim, bias=False)
+        self.v_proj = nn.Linear(spec.d_model, spec.n_kv_heads * spec.head_dim, bias=False)
+        self.o_proj = nn.Linear(spec.n_heads * spec.head_dim, spec.d_model, bias=False)
+        self.kv_cache: KVCache | None = None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k, v = self.kv_cache.update(slots, k, v)
+        kv_len = mask.shape[-1]
+        y = F.scaled_dot_product_attention(
+            q,
+            k[:, :, :kv_len],
+            v[:, :, :kv_len],
+            attn_mask=mask,
+            enable_gqa=self.n_heads != self.n_kv_heads,
+        )
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: down(silu(gate(x)) · up(x))."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm attention and SwiGLU, each with a residual."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(spec.d_model, spec.norm_eps)
+        self.self_attn = Attention(spec)
+        self.post_attention_layernorm = RMSNorm(spec.d_model, spec.norm_eps)
+        self.mlp = FeedForward(spec.d_model, spec.d_ff)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, slots)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Decoder(nn.Module):
+    """Embedding, blocks and final norm: the `model.` prefix of a Llama state dict."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(spec.vocab_size, spec.d_model)
+        self.layers = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
+        self.norm = RMSNorm(spec.d_model, spec.norm_eps)
+
+
+class Transformer(nn.Module):
+    """A Llama-style causal LM from a `ModelSpec` with arch "transformer"."""
+
+    embedding_key = "model.embed_tokens.weight"
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        if spec.arch != "transformer":
+            raise InputError(
+                f"model {spec.name}: Transformer needs arch 'transformer', not {spec.arch!r}"
+            )
+        self.spec = spec
+        self.model = Decoder(spec)
+        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
+        self.tie_weights()
+        self.max_seq_len = 0
+
+    def tie_weights(self) -> None:
+        """Share the embedding with the LM head when the spec ties them."""
+        if self.spec.tie_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @classmethod
+    def random(
+        cls,
+        spec: ModelSpec,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        std: float = 0.02,
+    ) -> Transformer:
+        """A seeded random model, e.g. for latency runs of catalogue shapes (see `random_init`)."""
+        return random_init(cls, spec, seed, dtype, device, std)
+
+    def setup_caches(self, max_batch_size: int = 1, max_seq_len: int | None = None) -> None:
+        """Allocate a zeroed KV cache in every layer, in the dtype and device of the weights."""
+        self.max_seq_len = max_seq_len or self.spec.max_seq_len
+        weight = self.lm_head.weight
+        for block in self.model.layers:
+            block.self_attn.kv_cache = KVCache(
+                max_batch_size,
+                self.spec.n_kv_heads,
+                self.max_seq_len,
+                self.spec.head_dim,
+                weight.dtype,
+                weight.device,
+            )
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        """Logits (b, t, vocab) of a chain of tokens (b, t) at positions `input_pos` (t,).
+
+        Each token attends to cache slots up to its own position; later slots are ignored.
+        """
+        kv_len = int(input_pos.max()) + 1
+        mask = chain_attention_mask(input_pos, kv_len, self.lm_head.weight.dtype)
+        return self._run(tokens, input_pos, input_pos, mask)
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits (b, t, vocab) of a prompt (b, t) written into slots 0..t−1."""
+        return self(tokens, torch.arange(tokens.shape[1], device=tokens.device))
+
+    @torch.no_grad()
+    def forward_tree(self, tokens: torch.Tensor, tree: Tree, committed_len: int) -> torch.Tensor:
+        """Logits (n, vocab) of every node of `tree` (tokens (n,)) in one pass over the tree.
+
+        `committed_len` tokens are already cached; node i goes to slot committed_len + i.
+        """
+        n = tree.size
+        device = tokens.device
+        if committed_len + n > self.max_seq_len:
+            raise InputError(f"tree of {n} nodes after {committed_len} tokens exceeds the cache")
+        mask = tree_attention_mask(tree, committed_len, self.lm_head.weight.dtype, device)
+        positions = tree_position_ids(tree, committed_len, device)
+        slots = torch.arange(committed_len, committed_len + n, device=device)
+        return self._run(tokens[None], positions, slots, mask)[0]
+
+    @torch.no_grad()
+    def compact(self, committed_len: int, accepted_nodes: Sequence[int]) -> None:
+        """Move the KV of `accepted_nodes` (root first) into slots committed_len, +1, +2, …"""
+        device = self.lm_head.weight.device
+        src = committed_len + torch.as_tensor(list(accepted_nodes), dtype=torch.long, device=device)
+        dst = torch.arange(committed_len, committed_len + src.numel(), device=device)
+        for block in self.model.layers:
+            cache = block.self_attn.kv_cache
+            cache.k.index_copy_(2, dst, cache.k.index_select(2, src))
+            cache.v.index_copy_(2, dst, cache.v.index_select(2, src))
+
+    def _run(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        if self.max_seq_len == 0:
+            raise RuntimeError("call setup_caches before running the model")
+        x = self.model.embed_tokens(tokens)
+        cos, sin = rope_cos_sin(positions, self.spec.head_dim, self.spec.rope_theta, x.dtype)
+        for block in self.model.layers:
+            x = block(x, cos, sin, mask, slots)
+        return self.lm_head(self.model.norm(x))
+
+
+def random_init(
+    cls: type[M],
+    spec: ModelSpec,
+    seed: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    std: float,
+) -> M:
+    """Build `cls(spec)` in `dtype` on `device`: seeded N(0, std²) matrices, 1-D weights 1.
+
+    The model is laid out on the meta device first, so a catalogue-sized model is allocated once.
+    The same seed, dtype and device give the same weights. Models with extra parameter rules
+    (SSM decays) apply them in their own `reset_special_parameters(generator)`.
+    """
+    with torch.device("meta"):
+        model = cls(spec)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    model.tie_weights()
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2:
+                p.normal_(0.0, std, generator=generator)
+            else:
+                p.fill_(1.0)
+        reset = getattr(model, "reset_special_parameters", None)
+        if reset is not None:
+            reset(generator)
+    return model.eval()
+
+
+def load_checkpoint(model: Transformer | Mamba2, path: str | Path) -> None:
+    """Load Hugging Face-layout safetensors weights (a file, or every one in a folder) into `model`.
+
+    A tied LM head is saved once under the embedding's name; it is filled from there.
+    """
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
+    if not files:
+        raise InputError(f"{path}: no .safetensors weights found")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    if model.spec.tie_embeddings and model.embedding_key in state:
+        state.setdefault("lm_head.weight", state[model.embedding_key])
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[-1].strip()
+        raise InputError(f"{path}: weights do not fit model {model.spec.name}: {first}") from None
