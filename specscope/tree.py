@@ -304,15 +304,15 @@ def _validate(parents: np.ndarray, ranks: np.ndarray, sources: tuple[str, ...]) 
         seen.add(key)
 
 
-def acceptance_table(p: Acceptance, name: str) -> np.ndarray:
+def acceptance_table(p: Acceptance, name: str = "acceptance") -> np.ndarray:
     """A positional vector or depth table as a 2-D float array, checked to be probabilities."""
     table = np.asarray(p, dtype=np.float64)
     if table.ndim == 1:
         table = table[None, :]
     if table.ndim != 2 or table.shape[1] == 0:
-        raise InputError(f"acceptance {name}: expected a vector or a depth × rank table")
+        raise InputError(f"{name}: expected a vector or a depth × rank table")
     if not np.all(np.isfinite(table)) or table.min() < 0 or table.max() > 1:
-        raise InputError(f"acceptance {name}: entries must lie in [0, 1]")
+        raise InputError(f"{name}: entries must lie in [0, 1]")
     if np.any(table.sum(axis=1) > 1 + 1e-9):
-        raise InputError(f"acceptance {name}: entries sum over 1 (they are marginal probabilities)")
+        raise InputError(f"{name}: entries sum over 1 (they are marginal probabilities)")
     return table

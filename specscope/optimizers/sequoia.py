@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 from specscope.errors import InputError
 from specscope.tree import ROOT_SOURCE, Acceptance, Tree, acceptance_table
@@ -65,7 +65,8 @@ def _maxplus(a: np.ndarray, s: np.ndarray, buf: np.ndarray) -> np.ndarray:
     ylo, yhi, slo, shi = fa[0], fa[-1], fs[0], fs[-1]
     mlo, mhi = ylo + slo, min(yhi + shi, size - 1)
     # Toeplitz view: window[m, size−1−y] = s[m−y] (−inf padding where m−y < 0)
-    window = sliding_window_view(np.concatenate([np.full(size - 1, NEG), s]), size)
+    padded = np.concatenate([np.full(size - 1, NEG), s])
+    window = as_strided(padded, (size, size), (padded.itemsize,) * 2, writeable=False)
     for m0 in range(mlo, mhi + 1, _BLOCK):
         m1 = min(m0 + _BLOCK, mhi + 1)
         y1 = min(m1, yhi + 1)  # y in [ylo, y1); column c of the slice holds y = y1−1−c
