@@ -1,0 +1,271 @@
+"""Per-operator FLOPs and bytes of one forward pass: the inputs of the roofline cost model.
+
+A forward runs `batch` sequences × `new_tokens` new tokens each, with `context_len` tokens of
+each sequence already in the KV cache (or summarised by the SSM state). Weights are read once per
+forward at `weight_bits` (16, 8 or 4; 4-bit adds one 16-bit scale and zero per `group_size`
+weights, 8-bit one scale per output channel, which is negligible); activations, the KV cache and
+the SSM/conv state are 16-bit. The embedding table and norm, conv and SSM scalar parameters stay
+16-bit; a tied lm_head reads the 16-bit embedding.
+
+Numbers are per device under tensor parallelism `tp`: attention heads, MLP width and SSM heads
+are split `tp` ways (KV heads and SSM groups are replicated when there are fewer than `tp`), the
+lm_head is split over the vocabulary when `shard_lm_head`. Every numeric argument may be a numpy
+array (broadcast together), so t(n) for n = 1..768 is one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specscope.errors import InputError
+from specscope.models.spec import ModelSpec
+
+ACT_BYTES = 2
+WEIGHT_BITS = (16, 8, 4)
+SSD_CHUNK = 256
+SSM_VERIFY = ("stree", "naive")
+
+Num = float | np.ndarray
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One operator summed over the `count` layers that hold it, per device.
+
+    flops: floating-point operations; weight_bytes: weights read; act_bytes: activations read and
+    written; kv_bytes: KV cache or SSM/conv state read and written; qweights: weight elements
+    dequantised from 8/4 bits (0 at 16 bits); tokens: tokens through the op in one layer;
+    reduce_bytes: bytes all-reduced after the op in each layer under tensor parallelism.
+    Numeric fields are scalars or arrays that broadcast with the forward's arguments.
+    """
+
+    op: str
+    count: int
+    flops: Num
+    weight_bytes: Num
+    act_bytes: Num
+    kv_bytes: Num = 0.0
+    qweights: float = 0.0
+    tokens: Num = 0.0
+    reduce_bytes: Num = 0.0
+
+    @property
+    def bytes(self) -> Num:
+        """Every byte moved to or from device memory."""
+        return self.weight_bytes + self.act_bytes + self.kv_bytes
+
+
+def bytes_per_weight(weight_bits: int, group_size: int = 128) -> float:
+    """Bytes stored per quantisable weight element, scales and zeros included."""
+    if weight_bits not in WEIGHT_BITS:
+        raise InputError(f"weight bits {weight_bits} is not one of {list(WEIGHT_BITS)}")
+    if group_size < 1:
+        raise InputError(f"quantisation group size {group_size} must be positive")
+    if weight_bits == 4:
+        return 0.5 + 2 * ACT_BYTES / group_size
+    return weight_bits / 8
+
+
+def _n_layers(spec: ModelSpec) -> tuple[int, int, int]:
+    """(attention layers, Mamba-2 layers, layers with an MLP)."""
+    kinds = spec.layer_kinds
+    n_attn = kinds.count("attn")
+    return n_attn, len(kinds) - n_attn, spec.n_layers if spec.d_ff > 0 else 0
+
+
+def _conv_dim(spec: ModelSpec, groups: int) -> int:
+    """Channels of the Mamba-2 causal conv: x, B and C."""
+    return spec.ssm_heads * spec.ssm_head_dim + 2 * groups * spec.d_state
+
+
+def param_count(spec: ModelSpec) -> int:
+    """Every parameter of the model (a count)."""
+    d, v = spec.d_model, spec.vocab_size
+    n_attn, n_ssm, n_mlp = _n_layers(spec)
+    heads = (spec.n_heads + 2 * spec.n_kv_heads) * spec.head_dim
+    attn = d * heads + spec.n_heads * spec.head_dim * d + d
+    h, p, g, n = spec.ssm_heads, spec.ssm_head_dim, spec.ssm_groups, spec.d_state
+    conv = _conv_dim(spec, g)
+    ssm = d * (2 * h * p + 2 * g * n + h) + conv * (spec.conv_kernel + 1) + 3 * h + h * p
+    ssm += h * p * d + d
+    mlp = 3 * d * spec.d_ff + d
+    embed = v * d * (1 if spec.tie_embeddings else 2)
+    return n_attn * attn + n_ssm * ssm + n_mlp * mlp + embed + d
+
+
+def weight_bytes(spec: ModelSpec, weight_bits: int = 16, group_size: int = 128) -> float:
+    """Bytes of all weights stored on one device at `weight_bits` (tp = 1)."""
+    bpw = bytes_per_weight(weight_bits, group_size)
+    d, v = spec.d_model, spec.vocab_size
+    n_attn, n_ssm, n_mlp = _n_layers(spec)
+    h, p, g, n = spec.ssm_heads, spec.ssm_head_dim, spec.ssm_groups, spec.d_state
+    linear = n_attn * d * (2 * spec.n_heads + 2 * spec.n_kv_heads) * spec.head_dim
+    linear += n_ssm * (d * (2 * h * p + 2 * g * n + h) + h * p * d) + n_mlp * 3 * d * spec.d_ff
+    if not spec.tie_embeddings:
+        linear += v * d
+    other = param_count(spec) - linear
+    return linear * bpw + other * ACT_BYTES
+
+
+def kv_bytes_per_token(spec: ModelSpec) -> float:
+    """KV-cache bytes one token adds across all attention layers (one sequence, tp = 1)."""
+    return _n_layers(spec)[0] * 2 * spec.n_kv_heads * spec.head_dim * ACT_BYTES
+
+
+def ssm_state_bytes(spec: ModelSpec) -> float:
+    """SSM plus conv state bytes of one sequence across all Mamba-2 layers (tp = 1)."""
+    per_layer = spec.ssm_heads * spec.ssm_head_dim * spec.d_state
+    per_layer += _conv_dim(spec, spec.ssm_groups) * (spec.conv_kernel - 1)
+    return _n_layers(spec)[1] * per_layer * ACT_BYTES
+
+
+def check_tp(spec: ModelSpec, tp: int) -> None:
+    """Raise `InputError` unless `tp` splits the model's heads and widths evenly."""
+    if tp < 1:
+        raise InputError(f"tensor-parallel degree tp={tp} must be at least 1")
+    n_attn, n_ssm, _ = _n_layers(spec)
+    sizes = {"d_ff": spec.d_ff}
+    if n_attn:
+        sizes["n_heads"] = spec.n_heads
+    if n_ssm:
+        sizes["ssm_heads"] = spec.ssm_heads
+    for what, size in sizes.items():
+        if size % tp:
+            raise InputError(f"tp={tp} does not divide {what}={size} of {spec.name}")
+
+
+def _linear(op: str, count: int, tokens: Num, d_in: int, d_out: int, bpw: float, quant: bool,
+            reduce_width: int = 0) -> OpCost:
+    """A dense projection d_in → d_out applied to `tokens` tokens in each of `count` layers."""
+    weights = d_in * d_out
+    return OpCost(
+        op, count,
+        flops=count * 2.0 * tokens * weights,
+        weight_bytes=count * weights * (bpw if quant else ACT_BYTES),
+        act_bytes=count * tokens * (d_in + d_out) * ACT_BYTES,
+        qweights=count * weights if quant else 0.0,
+        tokens=tokens,
+        reduce_bytes=tokens * reduce_width * ACT_BYTES,
+    )
+
+
+def _norm(op: str, count: int, tokens: Num, width: int) -> OpCost:
+    """An RMSNorm over `width` channels (gated or not: a few FLOPs per element)."""
+    return OpCost(op, count, flops=count * 5.0 * tokens * width,
+                  weight_bytes=count * width * ACT_BYTES,
+                  act_bytes=count * 2.0 * tokens * width * ACT_BYTES, tokens=tokens)
+
+
+def _attention_ops(spec: ModelSpec, count: int, batch: Num, new: Num, context: Num, tp: int,
+                   bpw: float, quant: bool) -> list[OpCost]:
+    """Norm, q/k/v projection, scores+softmax+AV over context+new keys, output projection."""
+    d, hd = spec.d_model, spec.head_dim
+    heads, kv = spec.n_heads // tp, -(-spec.n_kv_heads // tp)
+    tokens = batch * new
+    keys = context + new
+    kv_row = 2 * kv * hd * ACT_BYTES
+    return [
+        _norm("attn_norm", count, tokens, d),
+        _linear("qkv_proj", count, tokens, d, (heads + 2 * kv) * hd, bpw, quant),
+        OpCost("attention", count,
+               flops=count * batch * heads * new * keys * (4.0 * hd + 5.0),
+               weight_bytes=0.0,
+               act_bytes=count * 2.0 * tokens * heads * hd * ACT_BYTES,
+               kv_bytes=count * batch * (keys + new) * kv_row, tokens=tokens),
+        _linear("o_proj", count, tokens, heads * hd, d, bpw, quant, reduce_width=d),
+    ]
+
+
+def _ssm_ops(spec: ModelSpec, count: int, seqs: Num, seq_len: Num, chunk: Num, tp: int,
+             bpw: float, quant: bool) -> list[OpCost]:
+    """Norm, in_proj, causal conv, SSD (chunk-quadratic + state passing), gated norm, out_proj.
+
+    `seqs` sequences of `seq_len` tokens each; the SSD's quadratic work spans `chunk` tokens.
+    """
+    d, n, k = spec.d_model, spec.d_state, spec.conv_kernel
+    h, p = spec.ssm_heads // tp, spec.ssm_head_dim
+    g = -(-spec.ssm_groups // tp)
+    inner = h * p
+    conv = inner + 2 * g * n
+    tokens = seqs * seq_len
+    state = h * p * n * ACT_BYTES
+    scan_flops = tokens * (chunk * (2.0 * g * n + 2.0 * inner + h) + 4.0 * inner * n)
+    return [
+        _norm("ssm_norm", count, tokens, d),
+        _linear("ssm_in_proj", count, tokens, d, 2 * inner + 2 * g * n + h, bpw, quant),
+        OpCost("ssm_conv", count, flops=count * 2.0 * tokens * conv * k,
+               weight_bytes=count * conv * (k + 1) * ACT_BYTES,
+               act_bytes=count * 2.0 * tokens * conv * ACT_BYTES,
+               kv_bytes=count * 2.0 * seqs * conv * (k - 1) * ACT_BYTES, tokens=tokens),
+        OpCost("ssm_scan", count, flops=count * scan_flops,
+               weight_bytes=count * 3 * h * ACT_BYTES,
+               act_bytes=count * tokens * (2 * inner + 2 * g * n + h) * ACT_BYTES,
+               kv_bytes=count * 2.0 * seqs * state, tokens=tokens),
+        _norm("ssm_gate_norm", count, tokens, inner),
+        _linear("ssm_out_proj", count, tokens, inner, d, bpw, quant, reduce_width=d),
+    ]
+
+
+def forward_ops(
+    spec: ModelSpec,
+    batch: Num,
+    new_tokens: Num,
+    context_len: Num,
+    *,
+    weight_bits: int = 16,
+    group_size: int = 128,
+    tp: int = 1,
+    shard_lm_head: bool = True,
+    ssm_verify: str | None = None,
+    depth: Num | None = None,
+    leaves: Num | None = None,
+) -> list[OpCost]:
+    """The operator table of one forward, per device (see the module docstring).
+
+    `ssm_verify` None: the new tokens are a chain (SSD chunks of 256); "stree": one tree-masked
+    SSD pass over all new tokens; "naive": every root-to-leaf path unrolled, `leaves` sequences
+    of `depth` + 1 tokens per batch item, plus one state copy per leaf.
+    """
+    bpw = bytes_per_weight(weight_bits, group_size)
+    check_tp(spec, tp)
+    if ssm_verify not in (None, *SSM_VERIFY):
+        raise InputError(f"ssm_verify {ssm_verify!r} is not one of {list(SSM_VERIFY)}")
+    quant = weight_bits < 16
+    batch, new, context = (np.asarray(x, dtype=float) for x in (batch, new_tokens, context_len))
+    n_attn, n_ssm, n_mlp = _n_layers(spec)
+    d, v = spec.d_model, spec.vocab_size
+    tokens = batch * new
+    ops = [OpCost("embedding", 1, flops=0.0,
+                  weight_bytes=np.minimum(tokens, v) * d * ACT_BYTES,
+                  act_bytes=tokens * d * ACT_BYTES, tokens=tokens)]
+    if n_attn:
+        ops += _attention_ops(spec, n_attn, batch, new, context, tp, bpw, quant)
+    if n_ssm:
+        seqs, seq_len, chunk = batch, new, np.minimum(new, SSD_CHUNK)
+        if ssm_verify == "stree":
+            chunk = new
+        elif ssm_verify == "naive":
+            if depth is None or leaves is None:
+                raise InputError("naive SSM verification needs the tree's depth and leaves")
+            seqs = batch * np.asarray(leaves, dtype=float)
+            seq_len = chunk = np.asarray(depth, dtype=float) + 1
+        ops += _ssm_ops(spec, n_ssm, seqs, seq_len, chunk, tp, bpw, quant)
+        if ssm_verify == "naive":
+            per_seq = ssm_state_bytes(spec) / n_ssm / tp
+            ops.append(OpCost("ssm_state_copy", n_ssm, flops=0.0, weight_bytes=0.0,
+                              act_bytes=0.0, kv_bytes=n_ssm * 2.0 * seqs * per_seq))
+    if n_mlp:
+        ff = spec.d_ff // tp
+        ops += [
+            _norm("mlp_norm", n_mlp, tokens, d),
+            _linear("mlp_gate_up", n_mlp, tokens, d, 2 * ff, bpw, quant),
+            _linear("mlp_down", n_mlp, tokens, ff, d, bpw, quant, reduce_width=d),
+        ]
+    vocab = -(-v // tp) if shard_lm_head else v
+    ops += [
+        _norm("final_norm", 1, tokens, d),
+        _linear("lm_head", 1, tokens, d, vocab, bpw, quant and not spec.tie_embeddings),
+    ]
+    return ops
