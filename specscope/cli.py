@@ -1,0 +1,184 @@
+"""The command line: parse options, call the library, print. Bad input → one stderr line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from specscope.atomic import write_text_atomic
+from specscope.errors import InputError
+from specscope.tables import cost_table, optimize_table
+
+app = typer.Typer(
+    help="specscope: design-space explorer for speculative decoding.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+trace_app = typer.Typer(help="Acceptance traces (schema v1 parquet).", no_args_is_help=True)
+app.add_typer(trace_app, name="trace")
+console = Console()
+
+Hw = Annotated[str, typer.Option("--hw", help="Hardware profile (a100, h100, h200, ...).")]
+
+
+def _csv_ints(text: str, option: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{option}: expected comma-separated integers, got {text!r}") from None
+
+
+def _csv_floats(text: str, option: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{option}: expected comma-separated numbers, got {text!r}") from None
+
+
+def _emit(payload: dict, as_json: bool, output: Path | None) -> None:
+    text = json.dumps(payload, indent=2)
+    if output is not None:
+        write_text_atomic(output, text + "\n")
+    if as_json:
+        sys.stdout.write(text + "\n")
+
+
+@app.command()
+def cost(
+    hw: Hw,
+    model: Annotated[str, typer.Option(help="Model name from the catalogue.")],
+    batch: Annotated[int, typer.Option(help="Sequences in the batch.")] = 1,
+    new_tokens: Annotated[int, typer.Option(help="New tokens per sequence.")] = 1,
+    context: Annotated[int, typer.Option(help="Tokens already cached per sequence.")] = 512,
+    weight_bits: Annotated[int | None, typer.Option(help="16, 8 or 4.")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Step time of one forward pass on a hardware profile, with the per-operator breakdown."""
+    from specscope.hw_profiles import CostModel, load_profile
+    from specscope.models import get_model
+
+    cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp)
+    report = cm.report(batch, new_tokens, context)
+    if as_json:
+        _emit(report, True, None)
+        return
+    console.print(cost_table(report, f"{model} on {hw}: batch {batch}, {new_tokens} new "
+                                     f"tokens, context {context}"))
+    console.print(f"step time {report['step_time_ms']:.3f} ms ({report['source']}); "
+                  f"memory {report['memory_gb']:.1f} GB"
+                  + ("" if report["fits"] else " — does NOT fit in device memory"))
+
+
+@trace_app.command("synth")
+def trace_synth(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Parquet file to write.")],
+    requests: Annotated[int, typer.Option(help="Requests to generate.")] = 32,
+    length: Annotated[int, typer.Option(help="Generated positions per request.")] = 256,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    sources: Annotated[str, typer.Option(help="Comma-separated drafter sources.")] = (
+        "draft:llama-68m,ngram,recycle"
+    ),
+    k: Annotated[int, typer.Option("-k", help="Candidates per position.")] = 8,
+) -> None:
+    """Write a synthetic schema-v1 trace with documented, tunable acceptance behaviour."""
+    from specscope.trace import synth_trace, write_trace
+
+    names = tuple(s.strip() for s in sources.split(",") if s.strip())
+    trace = synth_trace(requests=requests, seed=seed, sources=names, length=length, k=k)
+    write_trace(trace, output)
+    console.print(f"wrote {trace.df.height} rows ({requests} requests × {length} positions × "
+                  f"{len(names)} sources) to {output}")
+
+
+@app.command("optimize-tree")
+def optimize_tree(
+    hw: Hw,
+    trace: Annotated[Path | None, typer.Option(help="Trace parquet for acceptance.")] = None,
+    acceptance: Annotated[str | None, typer.Option(help="Positional vector p1,p2,...")] = None,
+    source: Annotated[str | None, typer.Option(help="Drafter source in the trace.")] = None,
+    target: Annotated[str | None, typer.Option(help="Target model (default: trace's, "
+                                                    "else llama-2-7b).")] = None,
+    drafter: Annotated[str | None, typer.Option(help="Draft model, or 'none' for model-free "
+                                                     "drafters.")] = None,
+    algo: Annotated[str, typer.Option(help="Method name, comma list, or 'all'.")] = "all",
+    budget: Annotated[int | None, typer.Option(help="Tree size n (root included).")] = None,
+    budgets: Annotated[str | None, typer.Option(help="Sizes to choose among, e.g. "
+                                                     "8,16,32,64.")] = None,
+    max_depth: Annotated[int | None, typer.Option(help="Depth cap (drafted levels).")] = 12,
+    depth_dependent: Annotated[bool, typer.Option(help="Depth × rank acceptance from the "
+                                                       "trace.")] = False,
+    context: Annotated[int | None, typer.Option(help="Context length for the cost model "
+                                                     "(default: trace mean, else 512).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+) -> None:
+    """Best draft tree per method for this hardware, target, drafter and acceptance."""
+    from specscope.optimizers.run import OptimizeRequest, run_optimize
+
+    request = OptimizeRequest(
+        hw=hw,
+        trace_path=trace,
+        acceptance=None if acceptance is None else _csv_floats(acceptance, "--acceptance"),
+        source=source,
+        target=target,
+        drafter=drafter,
+        algos=algo,
+        budget=budget,
+        budgets=None if budgets is None else _csv_ints(budgets, "--budgets"),
+        max_depth=max_depth,
+        depth_dependent=depth_dependent,
+        context=context,
+    )
+    result = run_optimize(request)
+    _emit(result.to_dict(), as_json, output)
+    if not as_json:
+        console.print(optimize_table(result))
+
+
+@app.command()
+def demo(
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """The whole loop on embedded defaults."""
+    from specscope.demo import run_demo
+
+    run_demo(seed, console)
+
+
+def _run(
+    command: typer.core.TyperCommand | typer.core.TyperGroup, prog: str, argv: list[str] | None
+) -> None:
+    """Invoke a click command; usage and input errors become one stderr line and exit 2."""
+    try:
+        code = command.main(args=argv, prog_name=prog, standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print(f"{prog}: aborted", file=sys.stderr)
+        sys.exit(130)
+    except (typer.TyperException, InputError) as exc:  # usage errors, bad values, bad input
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        if not message.strip():  # no arguments at all: the help was printed
+            sys.exit(0)
+        print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `specscope` console script."""
+    _run(typer.main.get_command(app), "specscope", argv)
+
+
+def optimize_tree_main(argv: list[str] | None = None) -> None:
+    """Entry point of the `optimize-tree` console script."""
+    single = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
+    single.command()(optimize_tree)
+    _run(typer.main.get_command(single), "optimize-tree", argv)

@@ -1,0 +1,125 @@
+"""`optimize-tree` as a library call: resolve inputs, build the pricing, compare methods."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specscope.errors import InputError
+from specscope.hw_profiles import CostModel, load_profile
+from specscope.models import get_model, list_models
+from specscope.optimizers.compare import DP_REFERENCE, Setup, compare, resolve_algos
+from specscope.optimizers.scoring import Pricing, Score
+from specscope.trace import AcceptanceModel, Trace, read_trace, resolve_source
+from specscope.tree import acceptance_table
+
+DEFAULT_TARGET = "llama-2-7b"
+DEFAULT_DRAFTER = "llama-68m"
+DEFAULT_CONTEXT = 512
+
+
+@dataclass(frozen=True)
+class OptimizeRequest:
+    """The options of `optimize-tree`, as given (None = default)."""
+
+    hw: str
+    trace_path: Path | None = None
+    acceptance: list[float] | None = None
+    source: str | None = None
+    target: str | None = None
+    drafter: str | None = None
+    algos: str = "all"
+    budget: int | None = None
+    budgets: list[int] | None = None
+    max_depth: int | None = 12
+    depth_dependent: bool = False
+    context: int | None = None
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """Scores of every method, best predicted speedup first, and what they were priced on."""
+
+    hardware: str
+    target: str
+    drafter: str
+    source: str
+    context_len: int
+    scores: list[Score]
+    reference: str = DP_REFERENCE
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `--json` document of DESIGN.md."""
+        return {
+            "hardware": self.hardware,
+            "target": self.target,
+            "drafter": self.drafter,
+            "source": self.source,
+            "context_len": self.context_len,
+            "results": [
+                s.to_dict() | {"dp_optimum": s.algo == self.reference} for s in self.scores
+            ],
+        }
+
+
+def run_optimize(req: OptimizeRequest) -> OptimizeResult:
+    """Validate the request, derive acceptance and pricing, and score every method."""
+    if (req.trace_path is None) == (req.acceptance is None):
+        raise InputError("give exactly one of --trace and --acceptance")
+    if (req.budget is None) == (req.budgets is None):
+        raise InputError("give exactly one of --budget and --budgets")
+    if req.budget is not None and req.budget < 1:
+        raise InputError(f"--budget must be ≥ 1 (tree size counts the root), got {req.budget}")
+    if req.budgets is not None and (not req.budgets or min(req.budgets) < 1):
+        raise InputError(f"--budgets must be integers ≥ 1, got {req.budgets}")
+    if req.max_depth is not None and req.max_depth < 0:
+        raise InputError(f"--max-depth must be ≥ 0, got {req.max_depth}")
+    if req.context is not None and req.context < 0:
+        raise InputError(f"--context must be ≥ 0, got {req.context}")
+    algos = resolve_algos(req.algos)
+    profile = load_profile(req.hw)
+
+    trace: Trace | None = None
+    if req.trace_path is not None:
+        trace = read_trace(req.trace_path)
+        source = resolve_source(trace, req.source)
+        model = AcceptanceModel.from_trace(
+            trace, source, depth_dependent=req.depth_dependent, max_depth=req.max_depth
+        )
+        p = np.asarray(model.p)
+        context = req.context if req.context is not None else trace.mean_context_len
+        target = req.target or _catalogue_or(trace.target, DEFAULT_TARGET)
+        drafter = req.drafter or _drafter_for(source)
+    else:
+        p = acceptance_table(req.acceptance, "--acceptance")[0]
+        source = req.source or "draft"
+        context = req.context if req.context is not None else DEFAULT_CONTEXT
+        target = req.target or DEFAULT_TARGET
+        drafter = req.drafter or DEFAULT_DRAFTER
+
+    pricing = Pricing(
+        target=CostModel(profile, get_model(target)),
+        drafter=None if drafter == "none" else CostModel(profile, get_model(drafter)),
+        context_len=int(context),
+    )
+    setup = Setup(p=p, source=source, pricing=pricing, max_depth=req.max_depth, trace=trace)
+    scores = compare(setup, algos, budget=req.budget, budgets=req.budgets)
+    return OptimizeResult(profile.name, target, drafter, source, int(context), scores)
+
+
+def _catalogue_or(name: str | None, default: str) -> str:
+    return name if name in list_models() else default
+
+
+def _drafter_for(source: str) -> str:
+    """The draft model behind a `draft:<model>` source; model-free sources cost nothing."""
+    if not source.startswith("draft:"):
+        return "none"
+    name = source.removeprefix("draft:")
+    if name not in list_models():
+        raise InputError(f"draft model {name!r} of source {source!r} is not in the catalogue; "
+                         "pass --drafter")
+    return name

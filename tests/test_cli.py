@@ -1,0 +1,185 @@
+"""The command line: every bad input is one stderr line, exit status 2, and no output file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from specscope.cli import main, optimize_tree_main
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Run:
+    """Run a console entry point in-process; return (exit code, stdout, stderr)."""
+
+    def _run(entry: Callable[[list[str]], None], *args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exc:
+            entry(list(args))
+        out, err = capsys.readouterr()
+        return int(exc.value.code or 0), out, err
+
+    return _run
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("trace") / "synth.parquet"
+    with pytest.raises(SystemExit) as exc:
+        main(["trace", "synth", "--requests", "8", "--length", "96", "--seed", "3", "-o",
+              str(path)])
+    assert exc.value.code == 0
+    return path
+
+
+def _rewrite(src: Path, dst: Path, edit: Callable[[pa.Table], pa.Table]) -> Path:
+    """Copy a parquet file through `edit`, keeping its key-value metadata."""
+    table = pq.read_table(src)
+    pq.write_table(edit(table).replace_schema_metadata(table.schema.metadata), dst)
+    return dst
+
+
+def _set_first(table: pa.Table, column: str, value: float) -> pa.Table:
+    col = table.column(column).to_pylist()
+    col[5] = value
+    return table.set_column(table.schema.get_field_index(column), column,
+                            pa.array(col, type=table.schema.field(column).type))
+
+
+def _set_first_list(table: pa.Table, column: str, value: float) -> pa.Table:
+    col = table.column(column).to_pylist()
+    col[7] = [value, *col[7][1:]]
+    return table.set_column(table.schema.get_field_index(column), column,
+                            pa.array(col, type=table.schema.field(column).type))
+
+
+BROKEN: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
+    "missing": (lambda src, d: d / "nope.parquet", "nope.parquet"),
+    "truncated": (
+        lambda src, d: (d / "t.parquet").write_bytes(src.read_bytes()[: src.stat().st_size // 2])
+        and d / "t.parquet",
+        "t.parquet",
+    ),
+    "not parquet": (
+        lambda src, d: (d / "x.parquet").write_text("request_id,pos\n1,2\n") and d / "x.parquet",
+        "x.parquet",
+    ),
+    "empty": (lambda src, d: _rewrite(src, d / "e.parquet", lambda t: t.slice(0, 0)), "empty"),
+    "no rank column": (lambda src, d: _rewrite(src, d / "c.parquet", lambda t: t.drop(["rank"])),
+                       "rank"),
+    "probability > 1": (
+        lambda src, d: _rewrite(src, d / "p.parquet", lambda t: _set_first(t, "target_prob", 1.5)),
+        "target_prob",
+    ),
+    "NaN probability": (
+        lambda src, d: _rewrite(
+            src, d / "n.parquet", lambda t: _set_first_list(t, "cand_target_probs", float("nan"))
+        ),
+        "cand_target_probs",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_broken_trace_is_one_line_exit_2(run: Run, trace_file: Path, tmp_path: Path,
+                                         case: str) -> None:
+    make, needle = BROKEN[case]
+    bad = make(trace_file, tmp_path)
+    out_file = tmp_path / "trees.json"
+    code, _, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(bad),
+                         "--budget", "16", "-o", str(out_file))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert needle in err
+    assert not out_file.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--acceptance", "0.7,0.5", "--budget", "8"], "sum over 1"),
+        (["--acceptance", "0.7,nan", "--budget", "8"], "[0, 1]"),
+        (["--acceptance", "0.7,-0.1", "--budget", "8"], "[0, 1]"),
+        (["--acceptance", "0.7,x", "--budget", "8"], "--acceptance"),
+        (["--acceptance", "0.7", "--budget", "0"], "--budget"),
+        (["--acceptance", "0.7", "--budgets", "8,0"], "--budgets"),
+        (["--acceptance", "0.7", "--budget", "8", "--max-depth", "-1"], "--max-depth"),
+        (["--acceptance", "0.7", "--budget", "abc"], "--budget"),
+        (["--acceptance", "0.7", "--budget", "8", "--target", "gpt-9"], "gpt-9"),
+        (["--acceptance", "0.7", "--budget", "8", "--drafter", "tiny-9"], "tiny-9"),
+        (["--acceptance", "0.7", "--budget", "8", "--algo", "magic"], "magic"),
+        (["--acceptance", "0.7", "--budget", "8", "--bogus"], "--bogus"),
+        (["--acceptance", "0.6,0.2", "--budget", "64", "--max-depth", "2"], "64"),
+        (["--budget", "8"], "--trace"),
+    ],
+)
+def test_bad_options_are_one_line_exit_2(run: Run, tmp_path: Path, args: list[str],
+                                         needle: str) -> None:
+    out_file = tmp_path / "trees.json"
+    code, _, err = run(optimize_tree_main, "--hw", "h100", *args, "-o", str(out_file))
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert needle in err
+    assert not out_file.exists()
+
+
+def test_unknown_hardware(run: Run, tmp_path: Path) -> None:
+    code, _, err = run(optimize_tree_main, "--hw", "tpu-v9", "--acceptance", "0.7",
+                       "--budget", "8", "-o", str(tmp_path / "t.json"))
+    assert code == 2 and "tpu-v9" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_unknown_model_in_cost(run: Run) -> None:
+    code, _, err = run(main, "cost", "--hw", "a100", "--model", "llama-9-999b")
+    assert code == 2 and "llama-9-999b" in err and len(err.strip().splitlines()) == 1
+
+
+def test_optimize_tree_json_and_output_file(run: Run, trace_file: Path, tmp_path: Path) -> None:
+    out_file = tmp_path / "trees.json"
+    code, out, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(trace_file),
+                         "--budget", "16", "--json", "-o", str(out_file))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc == json.loads(out_file.read_text())
+    assert {"hardware", "target", "drafter", "results"} <= doc.keys()
+    algos = {r["algo"] for r in doc["results"]}
+    assert {"sequoia", "chain", "kary", "best-first"} <= algos
+    best = max(r["expected_tokens"] for r in doc["results"])
+    dp = next(r for r in doc["results"] if r["algo"] == "sequoia")
+    assert dp["expected_tokens"] == pytest.approx(best) and dp["n"] == 16
+    for r in doc["results"]:
+        assert r["n"] <= 16 and r["replay_tokens"] >= 1
+        assert len(r["tree"]["parents"]) == r["n"]
+        assert r["tokens_per_s"] == pytest.approx(r["expected_tokens"] / r["step_time_ms"] * 1e3)
+    speedups = [r["speedup"] for r in doc["results"]]
+    assert speedups == sorted(speedups, reverse=True)
+
+
+def test_budgets_choose_per_hardware(run: Run, trace_file: Path) -> None:
+    """A fast accelerator affords bigger trees than the edge CPU at the same acceptance."""
+    sizes = {}
+    for hw in ("h100", "edge-cpu"):
+        code, out, err = run(optimize_tree_main, "--hw", hw, "--trace", str(trace_file),
+                             "--budgets", "4,8,16,32,64,128", "--algo", "sequoia", "--json")
+        assert code == 0, err
+        sizes[hw] = json.loads(out)["results"][0]["n"]
+    assert sizes["h100"] >= sizes["edge-cpu"]
+
+
+def test_cost_json(run: Run) -> None:
+    code, out, err = run(main, "cost", "--hw", "a100", "--model", "llama-2-7b", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["step_time_ms"] > 0 and doc["operators"]
+
+
+def test_help_exits_zero(run: Run) -> None:
+    code, out, _ = run(main, "--help")
+    assert code == 0 and "optimize-tree" in out
