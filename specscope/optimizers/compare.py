@@ -9,6 +9,7 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.optimizers.baselines import best_first_tree, best_kary_tree, chain_tree
+from specscope.optimizers.ets import ets_tree
 from specscope.optimizers.scoring import Pricing, Score, score_tree
 from specscope.optimizers.select import choose_size, choose_tree
 from specscope.optimizers.sequoia import SequoiaDP, optimal_tree
@@ -34,6 +35,7 @@ Builder = Callable[[Setup, int, int | None], Tree]
 
 METHODS: dict[str, Builder] = {
     "sequoia": lambda s, n, d: optimal_tree(s.p, n, d, s.source),
+    "ets": lambda s, n, d: ets_tree(s.p, n, d, s.source),
     "best-first": lambda s, n, d: best_first_tree(s.p, n, d, s.source),
     "kary": lambda s, n, d: best_kary_tree(s.p, n, d, s.source),
     "chain": lambda s, n, d: chain_tree(n, d, s.source),
