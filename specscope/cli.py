@@ -58,13 +58,15 @@ def cost(
     context: Annotated[int, typer.Option(help="Tokens already cached per sequence.")] = 512,
     weight_bits: Annotated[int | None, typer.Option(help="16, 8 or 4.")] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    group_size: Annotated[int, typer.Option(help="Weights per 4-bit quantisation group.")] = 128,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Step time of one forward pass on a hardware profile, with the per-operator breakdown."""
     from specscope.hw_profiles import CostModel, load_profile
     from specscope.models import get_model
 
-    cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp)
+    cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
+                   group_size=group_size)
     report = cm.report(batch, new_tokens, context)
     if as_json:
         _emit(report, True, None)

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specscope.cli import main, optimize_tree_main
+from specscope.hw_profiles.fit import GPTFAST_A100, load_published
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -180,6 +181,33 @@ def test_cost_json(run: Run) -> None:
     assert doc["step_time_ms"] > 0 and doc["operators"]
 
 
+@pytest.mark.parametrize("row", [r for r in load_published(GPTFAST_A100) if r.tokens_per_s],
+                         ids=lambda r: f"{r.model}-w{r.weight_bits}-tp{r.tp}")
+def test_cost_command_reproduces_gptfast_a100_rows_within_15_percent(run: Run, row) -> None:
+    code, out, err = run(main, "cost", "--hw", "a100", "--model", row.model, "--weight-bits",
+                         str(row.weight_bits), "--group-size", str(row.group_size), "--tp",
+                         str(row.tp), "--batch", str(row.batch), "--context", str(row.context),
+                         "--json")
+    assert code == 0, err
+    assert 1e3 / json.loads(out)["step_time_ms"] == pytest.approx(row.tokens_per_s, rel=0.15)
+
+
 def test_help_exits_zero(run: Run) -> None:
     code, out, _ = run(main, "--help")
     assert code == 0 and "optimize-tree" in out
+
+
+def test_unknown_source_names_the_sources(run: Run, trace_file: Path) -> None:
+    code, _, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(trace_file),
+                       "--source", "draft:nope", "--budget", "8")
+    assert code == 2 and "draft:nope" in err and len(err.strip().splitlines()) == 1
+
+
+def test_depth_dependent_acceptance_from_the_trace(run: Run, trace_file: Path) -> None:
+    code, out, err = run(optimize_tree_main, "--hw", "a100", "--trace", str(trace_file),
+                         "--budget", "24", "--max-depth", "6", "--depth-dependent",
+                         "--algo", "sequoia,best-first", "--json")
+    assert code == 0, err
+    results = {r["algo"]: r for r in json.loads(out)["results"]}
+    assert results["sequoia"]["expected_tokens"] >= results["best-first"]["expected_tokens"] - 1e-9
+    assert results["sequoia"]["depth"] <= 6
