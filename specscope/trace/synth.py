@@ -12,15 +12,25 @@ the true token's rank at position t is k ∈ 0..K−1 with probability
 where c counts the consecutive positions right before t (same request) whose rank was in
 0..K−1 (the deeper into a run of accepted positions, the lower the acceptance) and s is a per-row
 confidence factor of mean 1 (uniform between 1 − β and 1 + β, β as large as keeps the
-probabilities summing to ≤ 1). The draft's top-1 score grows with s, so cand_scores carry the
-signal a calibrated predictor can learn. With depth_decay = 1 the ranks are independent and the
-positional vector is exactly p[k] = top1 · decay^k.
+probabilities summing to ≤ 1). With depth_decay = 1 the ranks are independent and the positional
+vector is exactly p[k] = top1 · decay^k. The draft's top-1 score is informative of acceptance, as
+a real draft's top-1 probability is: it is 0.15 + 0.8 · (0.4 s' + 0.6 e) with s' the confidence
+factor rescaled to [0, 1] and e ~ Beta(3, 2) when the true token is the top candidate (rank 0),
+Beta(2, 3) otherwise, so P(rank == 0 | top-1 score) rises with the score, from about 0.1 at a
+score of 0.2 to 0.95 at 0.9 (a calibrated predictor, DySpec's calibration or SpecDec++'s stopping
+rule, has a real but imperfect signal to learn).
 
 Sequence sources (`ngram`, `suffix`), `SequenceBehaviour(mean_match, no_match, max_len)`:
-with probability no_match a position has no proposal; otherwise the proposal holds
-min(max_len, positions left) tokens whose first m copy the true continuation, m geometric with
-P(m ≥ j) = q^j and q = mean_match / (1 + mean_match) (capped at the proposal length); the token
-after the copy run differs from the truth. The candidate list is the proposal's first token.
+the context holds copies of stretches of the true text, as a real prompt lookup finds them. A
+copy run of L tokens starting at position t gives match lengths L, L − 1, …, 1 at t, t+1, …,
+t+L−1 (capped by the proposal length), so within a run match_len(t+1) ≥ match_len(t) − 1; run
+lengths are geometric, P(L ≥ l) = q^(l−1) with q = mean_match / (1 + mean_match). Outside runs a
+position has a proposal that does not match (match_len 0) or none. Run starts are tuned so that
+the marginal is the same at every position: P(match_len ≥ j) = (1 − no_match) · q^j (before the
+length cap) and P(no proposal) = no_match. A proposal holds min(max_len, positions left)
+tokens: the first match_len copy the truth, the rest continue the copied text, which differs from
+the truth at every later position and is the same for every position of one run (a proposal one
+position later is this one shifted by one token). The candidate list is the proposal's first token.
 
 Tokens and probabilities are consistent: cand_tokens are distinct and hold the true token exactly
 at `rank`; cand_scores descend within [0, 1] and sum to ≤ 1; the target's argmax probability
@@ -78,7 +88,7 @@ class SequenceBehaviour:
 DEFAULT_BEHAVIOUR: dict[str, RankedBehaviour | SequenceBehaviour] = {
     DRAFT_PREFIX: RankedBehaviour(top1=0.6, decay=0.35, depth_decay=0.97),
     "recycle": RankedBehaviour(top1=0.3, decay=0.5, depth_decay=0.99),
-    "ngram": SequenceBehaviour(mean_match=1.5, no_match=0.5),
+    "ngram": SequenceBehaviour(mean_match=3.0, no_match=0.4),
     "suffix": SequenceBehaviour(mean_match=3.0, no_match=0.7),
 }
 
@@ -204,8 +214,10 @@ def _ranked_rows(
     hit = rank >= 0
     cand[hit, rank[hit]] = truth[hit]
 
-    # The draft's top-1 score rises with the confidence factor; the rest share what is left.
-    top = 0.15 + 0.8 * z
+    # The draft's top-1 score rises with the confidence factor and with whether the top candidate
+    # is the true token; the rest share what is left.
+    e = np.where(rank == 0, rng.beta(3.0, 2.0, rank.shape), rng.beta(2.0, 3.0, rank.shape))
+    top = 0.15 + 0.8 * (0.4 * z + 0.6 * e)
     rest = _descending_shares(
         rng, (n_req, length, k - 1), (1 - top) * rng.uniform(0.5, 1.0, top.shape)
     )
@@ -235,23 +247,46 @@ def _sequence_rows(
     vocab: int,
 ) -> dict[str, pl.Series]:
     n_req, length = truth.shape
-    w = b.max_len
+    w, q = b.max_len, b.q
+    in_run = (1 - b.no_match) * q  # stationary fraction of positions inside a copy run
+    mean_run = 1 / (1 - q)
+    start = in_run / (mean_run * (1 - in_run) + in_run)  # P(a run starts at a free position)
+    # P(a free position outside a run has a (non-matching) proposal), so P(proposal) = 1 − no_match
+    stray = (1 - b.no_match - in_run) / (1 - in_run)
+    u_start, u_prop = rng.random((2, n_req, length))
+    run_len = rng.geometric(1 - q, (n_req, length))
+    offset = rng.integers(1, vocab, (n_req, length))  # how a copy differs from the truth
+    m = np.zeros((n_req, length), dtype=np.int64)
+    has = np.zeros((n_req, length), dtype=bool)
+    segment = np.zeros((n_req, length), dtype=np.int64)  # position where the copy began
+    remaining = np.zeros(n_req, dtype=np.int64)
+    seg = np.zeros(n_req, dtype=np.int64)
+    # Sequential in position (a run carries over), vectorised over requests. Position 0 starts
+    # inside a run with the stationary probability (residual run lengths are geometric too).
+    for t in range(length):
+        free = remaining == 0
+        remaining = np.where(free & (u_start[:, t] < (in_run if t == 0 else start)),
+                             run_len[:, t], remaining)
+        seg = np.where(free, t, seg)
+        m[:, t] = remaining
+        has[:, t] = (remaining > 0) | (free & (u_prop[:, t] < stray))
+        segment[:, t] = seg
+        remaining = np.maximum(remaining - 1, 0)
     left = length - np.arange(length)[None, :]
-    matched = rng.random((n_req, length)) >= b.no_match
-    plen = np.where(matched, np.minimum(w, left), 0)
-    m = np.minimum(rng.geometric(1 - b.q, (n_req, length)) - 1, plen) if b.q < 1 else plen
-    window = np.pad(truth, ((0, 0), (0, w)))[:, np.arange(length)[:, None] + np.arange(w)]
-    j = np.arange(w)
-    wrong = (window.astype(np.int64) + rng.integers(1, vocab, window.shape)) % vocab
-    proposal = np.where(j < m[..., None], window, wrong).astype(np.int32)
+    plen = np.where(has, np.minimum(w, left), 0)
+    m = np.minimum(m, plen)
+    at = np.arange(length)[:, None] + np.arange(w)  # absolute position of proposal token j
+    window = np.pad(truth, ((0, 0), (0, w)))[:, at]
+    copy_offset = np.take_along_axis(offset, segment, axis=1)[..., None]
+    wrong = (window.astype(np.int64) + copy_offset) % vocab
+    proposal = np.where(np.arange(w) < m[..., None], window, wrong).astype(np.int32)
     first = proposal[..., 0]
-    has = plen > 0
     tp_first = np.where(
         m > 0,
         target_prob,
         0.999 * np.minimum(target_prob, 1 - target_prob) * rng.random(target_prob.shape),
     )
-    ones = has.ravel().astype(np.int64)
+    ones = (plen > 0).ravel().astype(np.int64)
     return {
         "cand_tokens": _lists(first.reshape(-1, 1), ones),
         "cand_scores": _lists(rng.uniform(0.1, 1.0, (first.size, 1)).astype(np.float32), ones),
