@@ -1,12 +1,17 @@
 """Time of the Sequoia DP (table + tree) against a pure-Python implementation of the recurrence.
 
-Run: .venv/bin/python benchmarks/optimizers.py [--ref-max 128] [--threads 1]
+Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/optimizers.py [--ref-max 768]
 Both run in this process on one core; the ratio column is reference time / specscope time.
 The acceptance vector has 32 ranks with a strong top rank (p_1 = 0.9), so the depth cap of 19
 binds and every level is computed (the slowest case for the DP's early stop).
 
 The ETS tables time the integer program (candidate pool + CBC) against the ≤ 2 s target, and
 compare one verification budget shared jointly by a batch of requests with an equal split.
+
+The method tables time every method's tree construction at budgets 16…256 on a synthetic
+trace (64 requests, seed 0), then run the matched-budget comparison (`optimize-tree --algo all`)
+on h100 and edge-cpu: llama-2-7b target, llama-68m drafter for the draft-model methods; Goose
+uses the trace's n-gram and recycling sources and pays no draft cost.
 """
 
 from __future__ import annotations
@@ -85,6 +90,8 @@ def main() -> None:
         table.add_row(str(n), f"{fast_s * 1e3:.1f}", ref, ratio, f"{g:.4f}")
     Console().print(table)
     ets_table()
+    methods_table()
+    matched_table()
 
 
 def ets_table() -> None:
@@ -132,6 +139,54 @@ def ets_table() -> None:
         batch.add_row(str(total), "/".join(str(t.size) for t in joint), f"{g_joint:.3f}",
                       f"{g_split:.3f}", f"{g_joint / g_split:.3f}×", f"{ets_s * 1e3:.0f}")
     Console().print(batch)
+
+
+def _synthetic_setup(hw: str):
+    from specscope.hw_profiles import CostModel, load_profile
+    from specscope.models import get_model
+    from specscope.optimizers.compare import Setup
+    from specscope.optimizers.scoring import Pricing
+    from specscope.trace import AcceptanceModel, synth_trace
+
+    trace = synth_trace(requests=64, seed=0)
+    source = "draft:llama-68m"
+    profile = load_profile(hw)
+    pricing = Pricing(CostModel(profile, get_model("llama-2-7b")),
+                      CostModel(profile, get_model("llama-68m")), trace.mean_context_len)
+    return Setup(AcceptanceModel.from_trace(trace, source).p, source, pricing, 12, trace)
+
+
+def methods_table() -> None:
+    """Seconds to build each method's tree (SpecDec++: choose h and the cap) per budget."""
+    from specscope.optimizers.compare import METHOD_NAMES, score_method
+
+    setup = _synthetic_setup("h100")
+    budgets = (16, 32, 64, 128, 256)
+    table = Table(title="Time per method (ms, tree build + scoring, depth ≤ 12, h100 pricing)")
+    table.add_column("method")
+    for b in budgets:
+        table.add_column(f"n={b}", justify="right")
+    for algo in METHOD_NAMES:
+        cells = [f"{timed(lambda b=b, a=algo: score_method(a, setup, b), repeats=1)[0] * 1e3:,.0f}"
+                 for b in budgets]
+        table.add_row(algo, *cells)
+    Console().print(table)
+
+
+def matched_table() -> None:
+    """`optimize-tree --algo all --budget 64` on h100 and edge-cpu."""
+    from specscope.optimizers.compare import METHOD_NAMES, compare
+
+    for hw in ("h100", "edge-cpu"):
+        result = compare(_synthetic_setup(hw), METHOD_NAMES, budget=64)
+        table = Table(title=f"Matched budget n ≤ 64 on {hw} (synthetic trace, seed 0)")
+        for col in ("method", "n", "d", "exp tok/step", "replay tok/step", "step ms", "speedup"):
+            table.add_column(col, justify="left" if col == "method" else "right")
+        for s in result.scores:
+            table.add_row(s.algo, f"{s.n:.4g}", f"{s.depth:.3g}", f"{s.expected_tokens:.3f}",
+                          f"{s.replay_tokens:.3f}", f"{s.step_time_s * 1e3:.2f}",
+                          f"{s.speedup:.2f}×")
+        Console().print(table)
 
 
 if __name__ == "__main__":

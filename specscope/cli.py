@@ -12,7 +12,7 @@ from rich.console import Console
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
-from specscope.tables import cost_table, optimize_table
+from specscope.tables import cost_table, optimize_table, pareto_table
 
 app = typer.Typer(
     help="specscope: design-space explorer for speculative decoding.",
@@ -118,10 +118,22 @@ def optimize_tree(
                                                        "trace.")] = False,
     context: Annotated[int | None, typer.Option(help="Context length for the cost model "
                                                      "(default: trace mean, else 512).")] = None,
+    ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0).")] = 0.0,
+    ets_coverage: Annotated[float, typer.Option(help="ETS λ_cov over sources (authors: 0).")] = 0.0,
+    specdecpp_threshold: Annotated[float | None, typer.Option(
+        help="SpecDec++ stop threshold h (default: chosen per hardware; authors: 0.7).")] = None,
+    goose_budget: Annotated[int | None, typer.Option(
+        help="Goose tree size (default: the compared budget; 0: the authors' 60–100 by match "
+             "confidence).")] = None,
+    dyspec_calibrate: Annotated[bool, typer.Option(
+        help="Map DySpec's draft scores to acceptance by a monotone fit.")] = True,
+    eagle_beam: Annotated[int, typer.Option(help="EAGLE-2 nodes expanded per level.")] = 10,
+    seed: Annotated[int, typer.Option(help="Seed for fitted predictors.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
 ) -> None:
     """Best draft tree per method for this hardware, target, drafter and acceptance."""
+    from specscope.optimizers.compare import MethodOptions
     from specscope.optimizers.run import OptimizeRequest, run_optimize
 
     request = OptimizeRequest(
@@ -137,11 +149,22 @@ def optimize_tree(
         max_depth=max_depth,
         depth_dependent=depth_dependent,
         context=context,
+        options=MethodOptions(
+            ets_kv_penalty=ets_kv_penalty,
+            ets_coverage=ets_coverage,
+            specdecpp_threshold=specdecpp_threshold,
+            goose_budget=goose_budget,
+            dyspec_calibrate=dyspec_calibrate,
+            eagle_beam=eagle_beam,
+            seed=seed,
+        ),
     )
     result = run_optimize(request)
     _emit(result.to_dict(), as_json, output)
     if not as_json:
         console.print(optimize_table(result))
+        if budgets is not None:
+            console.print(pareto_table(result))
 
 
 @app.command()

@@ -11,25 +11,49 @@ from specscope.optimizers.run import OptimizeResult
 
 def optimize_table(result: OptimizeResult) -> Table:
     """One `optimize-tree` result, best predicted speedup first, the DP optimum marked."""
-    replay = any(s.replay_tokens is not None for s in result.scores)
+    scores, skipped = result.comparison.scores, result.comparison.skipped
+    replay = any(s.replay_tokens is not None for s in scores)
     table = Table(
         title=f"{result.target} on {result.hardware} · drafter {result.drafter} · source "
         f"{result.source} · context {result.context_len}",
-        caption="★ exact DP optimum (Sequoia) · tok/s and speedup predicted from expected tok/step",
+        caption="★ exact DP optimum (Sequoia) · tok/s and speedup predicted from expected "
+        "tok/step" + "".join(f"\nskipped {a}: {why}" for a, why in skipped.items()),
     )
     cols = ["method", "n", "d", "exp tok/step"]
     cols += ["replay tok/step"] if replay else []
     cols += ["step ms", "tok/s", "speedup"]
     for col in cols:
-        table.add_column(col, justify="left" if col == "method" else "right")
-    for s in result.scores:
+        table.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
+    for s in scores:
         mark = " ★" if s.algo == result.reference else ""
-        row = [s.algo + mark, str(s.tree.size), str(s.tree.depth), f"{s.expected_tokens:.3f}"]
+        row = [s.algo + mark, _count(s.n), _count(s.depth), f"{s.expected_tokens:.3f}"]
         if replay:
             row.append(f"{s.replay_tokens:.3f}")
         row += [f"{s.step_time_s * 1e3:.3f}", f"{s.tokens_per_s:,.1f}", f"{s.speedup:.2f}×"]
         table.add_row(*row)
     return table
+
+
+def pareto_table(result: OptimizeResult) -> Table:
+    """Predicted speedup of each method at each budget (its best n ≤ budget and depth)."""
+    pareto = result.comparison.pareto
+    table = Table(title=f"Speedup vs budget · {result.target} on {result.hardware}")
+    table.add_column("method")
+    for b in pareto:
+        table.add_column(f"n ≤ {b}", justify="right")
+    for i, s in enumerate(next(iter(pareto.values()))):
+        best = max(rows[i].speedup for rows in pareto.values())
+        cells = [
+            f"[bold]{rows[i].speedup:.2f}×[/]" if rows[i].speedup == best else
+            f"{rows[i].speedup:.2f}×"
+            for rows in pareto.values()
+        ]
+        table.add_row(s.algo + (" ★" if s.algo == result.reference else ""), *cells)
+    return table
+
+
+def _count(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
 
 
 def cost_table(report: dict[str, Any], title: str) -> Table:

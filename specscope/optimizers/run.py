@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +11,15 @@ import numpy as np
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.models import get_model, list_models
-from specscope.optimizers.compare import DP_REFERENCE, Setup, compare, resolve_algos
-from specscope.optimizers.scoring import Pricing, Score
+from specscope.optimizers.compare import (
+    DP_REFERENCE,
+    Comparison,
+    MethodOptions,
+    Setup,
+    compare,
+    resolve_algos,
+)
+from specscope.optimizers.scoring import Pricing
 from specscope.trace import AcceptanceModel, Trace, read_trace, resolve_source
 from specscope.tree import acceptance_table
 
@@ -37,6 +44,7 @@ class OptimizeRequest:
     max_depth: int | None = 12
     depth_dependent: bool = False
     context: int | None = None
+    options: MethodOptions = field(default_factory=MethodOptions)
 
 
 @dataclass(frozen=True)
@@ -48,21 +56,31 @@ class OptimizeResult:
     drafter: str
     source: str
     context_len: int
-    scores: list[Score]
+    comparison: Comparison
     reference: str = DP_REFERENCE
 
     def to_dict(self) -> dict[str, Any]:
-        """The `--json` document of DESIGN.md."""
-        return {
+        """The `--json` document of DESIGN.md, plus the Pareto rows and skipped methods."""
+        doc: dict[str, Any] = {
             "hardware": self.hardware,
             "target": self.target,
             "drafter": self.drafter,
             "source": self.source,
             "context_len": self.context_len,
             "results": [
-                s.to_dict() | {"dp_optimum": s.algo == self.reference} for s in self.scores
+                s.to_dict() | {"dp_optimum": s.algo == self.reference}
+                for s in self.comparison.scores
             ],
         }
+        if len(self.comparison.pareto) > 1:
+            doc["pareto"] = [
+                {"budget": b} | {k: v for k, v in s.to_dict().items() if k != "tree"}
+                for b, rows in self.comparison.pareto.items()
+                for s in rows
+            ]
+        if self.comparison.skipped:
+            doc["skipped"] = self.comparison.skipped
+        return doc
 
 
 def run_optimize(req: OptimizeRequest) -> OptimizeResult:
@@ -105,9 +123,10 @@ def run_optimize(req: OptimizeRequest) -> OptimizeResult:
         drafter=None if drafter == "none" else CostModel(profile, get_model(drafter)),
         context_len=int(context),
     )
-    setup = Setup(p=p, source=source, pricing=pricing, max_depth=req.max_depth, trace=trace)
-    scores = compare(setup, algos, budget=req.budget, budgets=req.budgets)
-    return OptimizeResult(profile.name, target, drafter, source, int(context), scores)
+    setup = Setup(p=p, source=source, pricing=pricing, max_depth=req.max_depth, trace=trace,
+                  options=req.options)
+    comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets)
+    return OptimizeResult(profile.name, target, drafter, source, int(context), comparison)
 
 
 def _catalogue_or(name: str | None, default: str) -> str:

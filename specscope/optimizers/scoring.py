@@ -16,7 +16,10 @@ from typing import Any
 
 from specscope.hw_profiles import CostModel
 from specscope.trace import Trace, replay
-from specscope.tree import Acceptance, Tree
+from specscope.tree import ROOT_SOURCE, Tree
+
+MODEL_FREE_SOURCES = frozenset({"ngram", "suffix", "recycle"})
+"""Drafter sources that cost no model forward: a tree level of only these is drafted for free."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,18 @@ class Pricing:
         return depth * self.draft_level_s + self.verify_s(n, depth, leaves)
 
     def tree_step_s(self, tree: Tree) -> float:
-        """Seconds for one speculative step with this tree."""
-        return self.step_s(tree.size, tree.depth, int(tree.leaves.size))
+        """Seconds for one speculative step with this tree.
+
+        Only levels holding a node of a draft model cost a draft forward; n-gram, suffix and
+        recycling candidates are free.
+        """
+        drafted = {
+            int(d)
+            for d, s in zip(tree.depths, tree.sources, strict=True)
+            if s != ROOT_SOURCE and s not in MODEL_FREE_SOURCES
+        }
+        verify = self.verify_s(tree.size, tree.depth, int(tree.leaves.size))
+        return len(drafted) * self.draft_level_s + verify
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,8 @@ class Score:
 
     algo: str
     tree: Tree
+    n: float  # tree size; a policy's mean verified length
+    depth: float  # drafted levels; a policy's mean drafted length
     expected_tokens: float
     replay_tokens: float | None
     step_time_s: float
@@ -84,8 +99,8 @@ class Score:
         """The JSON record of DESIGN.md's `optimize-tree --json` (times in ms)."""
         out: dict[str, Any] = {
             "algo": self.algo,
-            "n": self.tree.size,
-            "depth": self.tree.depth,
+            "n": _number(self.n),
+            "depth": _number(self.depth),
             "expected_tokens": self.expected_tokens,
         }
         if self.replay_tokens is not None:
@@ -100,14 +115,25 @@ class Score:
 
 
 def score_tree(
-    algo: str, tree: Tree, p: Acceptance, pricing: Pricing, trace: Trace | None = None
+    algo: str,
+    tree: Tree,
+    expected_tokens: float,
+    pricing: Pricing,
+    trace: Trace | None = None,
 ) -> Score:
-    """Value `tree` under p (and by exact replay over `trace` when given) and price it."""
+    """Price `tree` and replay it exactly over `trace` when given; `expected_tokens` is its value
+    under the acceptance model of its sources."""
     return Score(
         algo=algo,
         tree=tree,
-        expected_tokens=tree.expected_tokens(p),
+        n=tree.size,
+        depth=tree.depth,
+        expected_tokens=expected_tokens,
         replay_tokens=None if trace is None else replay(trace, tree).tokens_per_step,
         step_time_s=pricing.tree_step_s(tree),
         autoregressive_s=pricing.autoregressive_s,
     )
+
+
+def _number(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else float(x)
