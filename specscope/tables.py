@@ -16,14 +16,16 @@ def optimize_table(result: OptimizeResult) -> Table:
     table = Table(
         title=f"{result.target} on {result.hardware} · drafter {result.drafter} · source "
         f"{result.source} · context {result.context_len}",
-        caption="★ exact DP optimum (Sequoia) · tok/s and speedup predicted from expected "
-        "tok/step" + "".join(f"\nskipped {a}: {why}" for a, why in skipped.items()),
+        caption="expected / replayed: tokens per step under the acceptance model / over the "
+        "trace · ★ exact DP optimum · tok/s and speedup predicted from expected"
+        + "".join(f"\nskipped {a}: {why}" for a, why in skipped.items()),
     )
-    cols = ["method", "n", "d", "exp tok/step"]
-    cols += ["replay tok/step"] if replay else []
+    cols = ["method", "n", "d", "expected"]
+    cols += ["replayed"] if replay else []
     cols += ["step ms", "tok/s", "speedup"]
     for col in cols:
-        table.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
+        table.add_column(col, justify="left" if col == "method" else "right",
+                         no_wrap=col == "method")
     for s in scores:
         mark = " ★" if s.algo == result.reference else ""
         row = [s.algo + mark, _count(s.n), _count(s.depth), f"{s.expected_tokens:.3f}"]

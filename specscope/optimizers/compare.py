@@ -33,6 +33,8 @@ from specscope.trace import Trace, sequence_sources, trace_sources
 from specscope.tree import ROOT_SOURCE, Tree
 
 DP_REFERENCE = "sequoia"
+SMALL_SIZES = 8
+"""With --budgets the heuristics also try every size up to this (slow hardware wants tiny trees)."""
 
 
 @dataclass(frozen=True)
@@ -163,8 +165,8 @@ def compare(
 
     With `budget` every tree has at most that many nodes (Sequoia and ETS exactly that many).
     With `budgets`, at each budget b every method picks (n ≤ b, d) by least time per expected
-    token: the listed sizes × every depth for the heuristics, every size for the DP (free from
-    its table), so the DP stays the exact reference. The best row of a method is its best
+    token: the listed sizes and 1..8 × every depth for the heuristics, every size for the DP
+    (free from its table), so the DP stays the exact reference. The best row of a method is its best
     budget.
     """
     if (budget is None) == (budgets is None):
@@ -206,8 +208,9 @@ def _hardware_aware(algo: str, setup: Setup, budgets: Sequence[int]) -> list[Sco
         ]
     else:
         cap = max(budgets) - 1 if setup.max_depth is None else setup.max_depth
+        sizes = sorted({*range(1, min(SMALL_SIZES, max(budgets)) + 1), *budgets})
         candidates = {
-            TREE_METHODS[algo](setup, n, d) for n in budgets for d in range(min(cap, n - 1) + 1)
+            TREE_METHODS[algo](setup, n, d) for n in sizes for d in range(min(cap, n - 1) + 1)
         }
         trees = [
             choose_tree([t for t in candidates if t.size <= b], setup.value,
