@@ -17,7 +17,8 @@ def optimize_table(result: OptimizeResult) -> Table:
         title=f"{result.target} on {result.hardware} · drafter {result.drafter} · source "
         f"{result.source} · context {result.context_len}",
         caption="expected / replayed: tokens per step under the acceptance model / over the "
-        "trace · ★ exact DP optimum · tok/s and speedup predicted from expected"
+        "trace · ★ exact DP optimum over the source's trees (Goose uses n-gram + recycling) · "
+        "tok/s and speedup predicted from expected"
         + "".join(f"\nskipped {a}: {why}" for a, why in skipped.items()),
     )
     cols = ["method", "n", "d", "expected"]

@@ -135,7 +135,7 @@ def resolve_algos(spec: str) -> list[str]:
     return names
 
 
-def unavailable(algo: str, setup: Setup) -> str | None:
+def unavailable(algo: str, setup: Setup, smallest_budget: int) -> str | None:
     """Why `algo` cannot run on this input, or None."""
     if algo == "goose" and setup.goose_sources is None:
         return "needs a trace with a sequence source (ngram/suffix) and a ranked source"
@@ -143,6 +143,10 @@ def unavailable(algo: str, setup: Setup) -> str | None:
         return "needs a trace (its predictor is fitted on draft features)"
     if algo == "specdecpp" and setup.source in sequence_sources(setup.trace):
         return f"needs a ranked source, not {setup.source!r}"
+    if algo == "specdecpp" and (
+        smallest_budget < 3 or (setup.max_depth is not None and setup.max_depth < 2)
+    ):
+        return "needs a budget ≥ 3 and a depth cap ≥ 2 (it drafts at least 2 tokens)"
     return None
 
 
@@ -174,7 +178,7 @@ def compare(
     sizes = sorted({budget} if budget is not None else set(budgets or []))
     if not sizes or sizes[0] < 1:
         raise InputError(f"budgets must be ≥ 1 (tree size counts the root), got {sizes}")
-    skipped = {a: why for a in algos if (why := unavailable(a, setup))}
+    skipped = {a: why for a in algos if (why := unavailable(a, setup, sizes[0]))}
     pareto: dict[int, list[Score]] = {b: [] for b in sizes}
     for algo in (a for a in algos if a not in skipped):
         rows = (
@@ -223,6 +227,8 @@ def _hardware_aware(algo: str, setup: Setup, budgets: Sequence[int]) -> list[Sco
 def _specdecpp(setup: Setup, budget: int) -> Score:
     """SpecDec++ as a row: n = mean verified length, tree = its most frequent chain."""
     assert setup.trace is not None
+    if setup.max_depth is not None:  # a chain of d drafts has d + 1 nodes
+        budget = min(budget, setup.max_depth + 1)
     res = specdecpp(setup.trace, setup.source, setup.pricing, budget=budget,
                     threshold=setup.options.specdecpp_threshold, seed=setup.options.seed)
     lengths = np.flatnonzero(res.length_hist)

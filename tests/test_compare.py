@@ -1,0 +1,52 @@
+"""The matched-budget comparison: every method valid, within budget, never above the DP."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specscope.hw_profiles import CostModel, load_profile
+from specscope.models import get_model
+from specscope.optimizers.compare import METHOD_NAMES, Setup, compare
+from specscope.optimizers.scoring import Pricing
+from specscope.trace import AcceptanceModel, RankedBehaviour, synth_trace
+
+SOURCE = "draft:llama-68m"
+
+
+def setup_for(seed: int, top1: float, hw: str = "h100", depth: int | None = 8) -> Setup:
+    behaviour = {SOURCE: RankedBehaviour(top1=top1, decay=0.8 * (1 - top1), depth_decay=0.98)}
+    trace = synth_trace(requests=6, seed=seed, length=96, behaviour=behaviour)
+    profile = load_profile(hw)
+    pricing = Pricing(CostModel(profile, get_model("llama-2-7b")),
+                      CostModel(profile, get_model("llama-68m")), 256)
+    return Setup(AcceptanceModel.from_trace(trace, SOURCE).p, SOURCE, pricing, depth, trace)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), top1=st.floats(0.2, 0.9), budget=st.integers(2, 40))
+def test_every_method_is_valid_within_budget_and_below_the_dp(seed: int, top1: float,
+                                                              budget: int) -> None:
+    setup = setup_for(seed, top1)
+    result = compare(setup, METHOD_NAMES, budget=budget)
+    assert set(result.skipped) == ({"specdecpp"} if budget < 3 else set())
+    rows = {s.algo: s for s in result.scores}
+    assert rows.keys() == set(METHOD_NAMES) - set(result.skipped)
+    dp = rows["sequoia"].expected_tokens
+    for s in result.scores:
+        assert s.tree.size <= budget and s.n <= budget
+        assert s.tree.depth <= setup.max_depth
+        assert s.expected_tokens >= 1 and s.replay_tokens >= 1 and s.step_time_s > 0
+        if set(s.tree.sources[1:]) <= {SOURCE}:  # the DP is exact over this source's trees
+            assert s.expected_tokens <= dp + 1e-9, s.algo
+    assert rows["ets"].expected_tokens == pytest.approx(dp, abs=1e-6)
+
+
+def test_hardware_aware_choice_prefers_small_trees_on_the_edge_cpu() -> None:
+    """The same acceptance, two price lists: the CPU's verification cost grows with n."""
+    chosen = {}
+    for hw in ("h100", "edge-cpu"):
+        result = compare(setup_for(1, 0.7, hw), ["sequoia"], budgets=[4, 8, 16, 32, 64])
+        chosen[hw] = result.scores[0].tree.size
+    assert chosen["edge-cpu"] < chosen["h100"]
