@@ -9,9 +9,9 @@ The ETS tables time the integer program (candidate pool + CBC) against the ≤ 2
 compare one verification budget shared jointly by a batch of requests with an equal split.
 
 The method tables time every method's tree construction at budgets 16…256 on a synthetic
-trace (64 requests, seed 0), then run the matched-budget comparison (`optimize-tree --algo all`)
-on h100 and edge-cpu: llama-2-7b target, llama-68m drafter for the draft-model methods; Goose
-uses the trace's n-gram and recycling sources and pays no draft cost.
+trace (64 requests, seed 0), then run the matched-budget comparison (`optimize-tree --algo all
+--budgets 8,16,32,64`) on h100 and edge-cpu: llama-2-7b target, llama-68m drafter for the
+draft-model methods; Goose uses the trace's n-gram and recycling sources and pays no draft cost.
 """
 
 from __future__ import annotations
@@ -71,27 +71,34 @@ def main() -> None:
     parser.add_argument("--ref-max", type=int, default=768, help="largest n for the reference")
     parser.add_argument("--depth", type=int, default=19)
     parser.add_argument("--ranks", type=int, default=32)
+    parser.add_argument("--only-comparison", action="store_true",
+                        help="print only the matched-budget comparison")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    p = np.r_[0.9, np.full(args.ranks - 1, 0.09 / (args.ranks - 1))]
+    if not args.only_comparison:
+        dp_table(args.ref_max, args.depth, args.ranks)
+        ets_table()
+        methods_table()
+    matched_table()
 
-    table = Table(title=f"Sequoia DP, depth ≤ {args.depth}, {args.ranks} ranks (one core)")
+
+def dp_table(ref_max: int, depth: int, ranks: int) -> None:
+    """DP (table + tree) against the pure-Python recurrence, n = 16…768."""
+    p = np.r_[0.9, np.full(ranks - 1, 0.09 / (ranks - 1))]
+    table = Table(title=f"Sequoia DP, depth ≤ {depth}, {ranks} ranks (one core)")
     for col in ("n", "specscope ms", "pure Python ms", "ratio", "G(n)"):
         table.add_column(col, justify="right")
     for n in (16, 32, 64, 128, 256, 512, 768):
-        fast_s, tree = timed(lambda n=n: SequoiaDP(p, n, args.depth).tree(n))
+        fast_s, tree = timed(lambda n=n: SequoiaDP(p, n, depth).tree(n))
         g = tree.expected_tokens(p)
-        if n <= args.ref_max:
-            ref_s, ref_g = timed(lambda n=n: reference_dp(list(p), n, args.depth + 1), repeats=1)
+        if n <= ref_max:
+            ref_s, ref_g = timed(lambda n=n: reference_dp(list(p), n, depth + 1), repeats=1)
             assert abs(ref_g - g) < 1e-9, (n, ref_g, g)
             ref, ratio = f"{ref_s * 1e3:,.0f}", f"{ref_s / fast_s:,.0f}×"
         else:
             ref, ratio = "not run", ""
         table.add_row(str(n), f"{fast_s * 1e3:.1f}", ref, ratio, f"{g:.4f}")
     Console().print(table)
-    ets_table()
-    methods_table()
-    matched_table()
 
 
 def ets_table() -> None:
@@ -174,18 +181,24 @@ def methods_table() -> None:
 
 
 def matched_table() -> None:
-    """`optimize-tree --algo all --budget 64` on h100 and edge-cpu."""
+    """Speedup vs budget for every method (`optimize-tree --algo all --budgets 8,16,32,64`)."""
     from specscope.optimizers.compare import METHOD_NAMES, compare
 
+    budgets = (8, 16, 32, 64)
     for hw in ("h100", "edge-cpu"):
-        result = compare(_synthetic_setup(hw), METHOD_NAMES, budget=64)
-        table = Table(title=f"Matched budget n ≤ 64 on {hw} (synthetic trace, seed 0)")
-        for col in ("method", "n", "d", "exp tok/step", "replay tok/step", "step ms", "speedup"):
-            table.add_column(col, justify="left" if col == "method" else "right")
-        for s in result.scores:
-            table.add_row(s.algo, f"{s.n:.4g}", f"{s.depth:.3g}", f"{s.expected_tokens:.3f}",
-                          f"{s.replay_tokens:.3f}", f"{s.step_time_s * 1e3:.2f}",
-                          f"{s.speedup:.2f}×")
+        result = compare(_synthetic_setup(hw), METHOD_NAMES, budgets=budgets)
+        table = Table(title=f"Matched budgets on {hw}: predicted speedup of each method's best "
+                            "tree with n ≤ budget (synthetic trace, seed 0)")
+        table.add_column("method")
+        for b in budgets:
+            table.add_column(f"n ≤ {b}", justify="right")
+        table.add_column(f"n, d at {budgets[-1]}", justify="right")
+        table.add_column("replay tok/step", justify="right")
+        for i, s in enumerate(result.pareto[budgets[0]]):
+            last = result.pareto[budgets[-1]][i]
+            cells = [f"{rows[i].speedup:.2f}×" for rows in result.pareto.values()]
+            table.add_row(s.algo, *cells, f"{last.n:.3g}, {last.depth:.2g}",
+                          f"{last.replay_tokens:.3f}")
         Console().print(table)
 
 
