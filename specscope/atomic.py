@@ -15,6 +15,9 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     tmp_path = Path(tmp)
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp_path.chmod(0o666 & ~umask)  # mkstemp makes 0600; a written file gets the usual mode
     try:
         write(tmp_path)
         os.replace(tmp_path, path)

@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 trace_app = typer.Typer(help="Acceptance traces (schema v1 parquet).", no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
+zoo_app = typer.Typer(help="The tiny trained model zoo.", no_args_is_help=True)
+app.add_typer(zoo_app, name="zoo")
 console = Console()
 
 Hw = Annotated[str, typer.Option("--hw", help="Hardware profile (a100, h100, h200, ...).")]
@@ -97,6 +99,34 @@ def trace_synth(
     write_trace(trace, output)
     console.print(f"wrote {trace.df.height} rows ({requests} requests × {length} positions × "
                   f"{len(names)} sources) to {output}")
+
+
+@zoo_app.command("train")
+def zoo_train(
+    model: Annotated[str, typer.Option(help="tiny-code, tiny-code-draft, tiny-ssm, or all.")] = (
+        "all"
+    ),
+    minutes: Annotated[float | None, typer.Option(help="Wall-clock budget per model.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Fixed step count (default: from the "
+                                                   "budget).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
+    out: Annotated[Path | None, typer.Option(help="Zoo folder to write (default: the "
+                                                  "package's).")] = None,
+) -> None:
+    """Retrain the zoo models on the Python standard library (about 27 minutes on one thread)."""
+    import torch
+
+    from specscope.models.zoo import ZOO_DIR
+    from specscope.models.zoo.train import ORDER, train
+
+    if model != "all" and model not in ORDER:
+        raise InputError(f"--model: unknown zoo model {model!r}; one of {', '.join(ORDER)}, all")
+    torch.set_num_threads(threads)
+    names = list(ORDER) if model == "all" else [model]
+    for name, r in train(names, out or ZOO_DIR, minutes, seed, steps).items():
+        console.print(f"{name}: {r['params']:,} parameters, {r['tokens_seen']:,} tokens, "
+                      f"{r['wall_time_s']} s, held-out {r['heldout_bits_per_byte']} bits/byte")
 
 
 @app.command("optimize-tree")

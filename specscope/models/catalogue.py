@@ -16,7 +16,7 @@ ARCHS = ("transformer", "ssm", "hybrid")
 _SPEC_FIELDS = {f.name for f in dataclasses.fields(ModelSpec)} - {"name"}
 
 
-def _spec_from_table(name: str, table: dict[str, Any], where: str) -> ModelSpec:
+def spec_from_table(name: str, table: dict[str, Any], where: str) -> ModelSpec:
     """Build and check one `ModelSpec` from a TOML table; `where` names the file for errors."""
     unknown = sorted(set(table) - _SPEC_FIELDS)
     if unknown:
@@ -64,7 +64,12 @@ def _catalogue() -> tuple[dict[str, ModelSpec], dict[str, float]]:
     for name, table in data.items():
         fields = dict(table)
         published[name] = float(fields.pop("params_published", 0.0))
-        specs[name] = _spec_from_table(name, fields, str(CATALOGUE_PATH))
+        specs[name] = spec_from_table(name, fields, str(CATALOGUE_PATH))
+    from specscope.models.zoo import zoo_report, zoo_specs  # the zoo builds on this module
+
+    for name, spec in zoo_specs().items():
+        specs[name] = spec
+        published[name] = float(zoo_report(name).get("params", 0.0))
     return specs, published
 
 

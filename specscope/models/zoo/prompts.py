@@ -1,0 +1,200 @@
+"""Prompt sets: built-in ones cut from the held-out stdlib modules, or JSONL files.
+
+- `builtin:stdlib-code`: 64 function prefixes (the `def` header and its docstring, or its first
+  body line when it has none) for the model to complete: ordinary code completion.
+- `builtin:code-edit`: 64 prompts that hold a whole short function, an instruction comment ("the
+  same function, renamed to …", "… with parameter `x` renamed to `y`", "… without its
+  docstring") and the edited `def` header, so the continuation mostly copies the body already in
+  the prompt. This is the agentic editing workload where copy-based drafters (n-gram, suffix)
+  shine.
+
+Functions come only from `data.HELD_OUT_MODULES`, never from training text, and are picked in the
+order of a hash of (set, module, line), so the sets are the same on every machine with the same
+standard library. Decorated functions are left out (their headers are not one `def`).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from specscope.errors import InputError
+from specscope.models.zoo.data import read_module, split_modules
+
+PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64}
+"""Built-in prompt sets and how many prompts each holds."""
+MAX_PREFIX_CHARS = 1200
+"""Longest `stdlib-code` prompt (≈ 400 tokens), leaving room to complete in 512."""
+MAX_EDIT_FUNCTION_CHARS = 600
+"""Longest function copied by a `code-edit` prompt: prompt plus copy fit in 512 tokens."""
+RENAME_SUFFIXES = ("_v2", "_new", "_impl", "_copy")
+
+
+@dataclass(frozen=True)
+class Function:
+    """A function of a held-out module, dedented to column 0.
+
+    lines: its source lines, `def` first; body_start: index of the first body line;
+    doc_end: index of the first line after the docstring (== body_start without one).
+    """
+
+    module: str
+    line: int
+    name: str
+    params: tuple[str, ...]
+    lines: tuple[str, ...]
+    body_start: int
+    doc_end: int
+    statements: int
+
+    @property
+    def text(self) -> str:
+        """The whole function, newline-terminated."""
+        return "\n".join(self.lines) + "\n"
+
+    def key(self, prompt_set: str) -> str:
+        """The hash that orders functions when `prompt_set` picks them."""
+        return hashlib.sha256(f"{prompt_set}:{self.module}:{self.line}".encode()).hexdigest()
+
+
+def held_out_functions(root: Path | None = None) -> list[Function]:
+    """Every undecorated function and method of the held-out modules, in module and line order."""
+    functions = []
+    for module in split_modules(root)[1]:
+        source = read_module(module, root)
+        source_lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.decorator_list:
+                functions.append(_function(module, node, source_lines))
+    return sorted(functions, key=lambda f: (f.module, f.line))
+
+
+def _function(
+    module: str, node: ast.FunctionDef | ast.AsyncFunctionDef, source_lines: list[str]
+) -> Function:
+    """A `Function` from its AST node; lines indented less than the `def` are left as they are."""
+    indent = node.col_offset
+    lines = tuple(
+        line[indent:] if not line[:indent].strip() else line
+        for line in source_lines[node.lineno - 1 : node.end_lineno]
+    )
+    body = node.body
+    has_doc = (
+        isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    )
+    params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
+    return Function(
+        module=module,
+        line=node.lineno,
+        name=node.name,
+        params=tuple(params),
+        lines=lines,
+        body_start=body[0].lineno - node.lineno,
+        doc_end=body[0].end_lineno - node.lineno + 1 if has_doc else body[0].lineno - node.lineno,
+        statements=len(body) - has_doc,
+    )
+
+
+def _pick(prompt_set: str, candidates: list[Function]) -> list[Function]:
+    """The set's advertised number of candidates, in hash order."""
+    size = PROMPT_SET_SIZES[prompt_set]
+    chosen = sorted(candidates, key=lambda f: f.key(prompt_set))[:size]
+    if len(chosen) < size:
+        raise InputError(f"builtin:{prompt_set}: only {len(chosen)} of {size} functions found")
+    return chosen
+
+
+def stdlib_code_prompts(root: Path | None = None) -> list[str]:
+    """`builtin:stdlib-code`: function headers with their docstring (or first body line)."""
+    prompts = {}
+    for f in held_out_functions(root):
+        cut = f.doc_end if f.doc_end > f.body_start else f.body_start + 1
+        prompt = "\n".join(f.lines[:cut]) + "\n"
+        if f.statements >= 2 and len(f.lines) - cut >= 3 and len(prompt) <= MAX_PREFIX_CHARS:
+            prompts[f] = prompt
+    return [prompts[f] for f in _pick("stdlib-code", list(prompts))]
+
+
+def code_edit_prompts(root: Path | None = None) -> list[str]:
+    """`builtin:code-edit`: a function, an edit instruction and the edited header to continue."""
+    candidates = [
+        f
+        for f in held_out_functions(root)
+        if f.statements >= 2 and len(f.lines) >= 4 and len(f.text) <= MAX_EDIT_FUNCTION_CHARS
+    ]
+    return [_edit_prompt(f, i) for i, f in enumerate(_pick("code-edit", candidates))]
+
+
+def _edit_prompt(f: Function, index: int) -> str:
+    """Prompt `index` of the edit set: kinds cycle rename, parameter rename, drop docstring."""
+    header = list(f.lines[: f.body_start])
+    body_text = "\n".join(f.lines[f.body_start :])
+    renamable = [p for p in f.params if p not in ("self", "cls") and _word(p).search(body_text)]
+    kind = ("rename", "param", "nodoc")[index % 3]
+    if kind == "param" and renamable:
+        old, new = renamable[0], f"{renamable[0]}_value"
+        instruction = f"# The same function with parameter `{old}` renamed to `{new}`:"
+        header = [_word(old).sub(new, line) for line in header]
+    elif kind == "nodoc" and f.doc_end > f.body_start:
+        instruction = "# The same function without its docstring:"
+    else:
+        new = f.name.strip("_") + RENAME_SUFFIXES[index % len(RENAME_SUFFIXES)]
+        instruction = f"# The same function, renamed to {new}:"
+        header[0] = header[0].replace(f"def {f.name}(", f"def {new}(", 1)
+    return f.text + "\n\n" + instruction + "\n" + "\n".join(header) + "\n"
+
+
+def _word(name: str) -> re.Pattern[str]:
+    """Matches `name` as a whole identifier, not as an attribute (`.name`)."""
+    return re.compile(rf"(?<![\w.]){re.escape(name)}(?!\w)")
+
+
+@cache
+def _builtin(name: str) -> tuple[str, ...]:
+    """Built-in prompt set `name`, built once per process."""
+    build = {"stdlib-code": stdlib_code_prompts, "code-edit": code_edit_prompts}[name]
+    return tuple(build())
+
+
+def load_prompts(spec: str) -> list[str]:
+    """The prompts named by `spec`: `builtin:NAME`, or a `.jsonl` file of {"prompt": ...} lines.
+
+    Blank lines of a file are skipped; a missing file, a line that is not a JSON object with a
+    string "prompt", or a file without prompts raises `InputError` naming the file and line.
+    """
+    if spec.startswith("builtin:"):
+        name = spec.removeprefix("builtin:")
+        if name not in PROMPT_SET_SIZES:
+            known = ", ".join(f"builtin:{n}" for n in PROMPT_SET_SIZES)
+            raise InputError(f"unknown prompt set {spec!r}; built-in sets: {known}")
+        return list(_builtin(name))
+    path = Path(spec)
+    if path.suffix != ".jsonl":
+        raise InputError(f"{spec}: prompts must be builtin:NAME or a .jsonl file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such prompt file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read prompts ({exc})") from None
+    prompts = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}, line {number}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise InputError(f'{path}, line {number}: expected an object with a string "prompt"')
+        prompts.append(row["prompt"])
+    if not prompts:
+        raise InputError(f"{path}: no prompts found")
+    return prompts
