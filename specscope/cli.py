@@ -9,10 +9,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
-from specscope.tables import cost_table, optimize_table, pareto_table
+from specscope.tables import cost_table, generate_table, optimize_table, pareto_table
 
 app = typer.Typer(
     help="specscope: design-space explorer for speculative decoding.",
@@ -99,6 +100,86 @@ def trace_synth(
     write_trace(trace, output)
     console.print(f"wrote {trace.df.height} rows ({requests} requests × {length} positions × "
                   f"{len(names)} sources) to {output}")
+
+
+def _progress(label: str) -> Progress:
+    """A rich progress bar on stderr; the library reports (done, total) to it."""
+
+    return Progress(f"[bold]{label}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True,
+                    disable=not sys.stderr.isatty())  # keep logs and error output one line
+
+
+@app.command()
+def generate(
+    model: Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")],
+    drafter: Annotated[str, typer.Option(help="draft, ngram, suffix, recycle or goose.")],
+    prompts: Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a "
+                                              ".jsonl file.")],
+    n: Annotated[int, typer.Option(help="Prompts to decode.")] = 8,
+    max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 64,
+    draft_model: Annotated[str | None, typer.Option(help="Draft model (default: "
+                                                         "tiny-code-draft).")] = None,
+    algo: Annotated[str | None, typer.Option(help="sequoia, dyspec, specdecpp, goose, chain, "
+                                                  "...")] = None,
+    budget: Annotated[int | None, typer.Option(help="Tree size n (root included).")] = None,
+    tree: Annotated[Path | None, typer.Option(help="A tree JSON from optimize-tree -o.")] = None,
+    ssm_verify: Annotated[str, typer.Option(help="SSM tree verification: stree or naive.")] = (
+        "stree"
+    ),
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    rule: Annotated[str | None, typer.Option(help="greedy, deterministic, specinfer or "
+                                                  "sequoia (sampling rules).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
+    verify_lossless: Annotated[bool, typer.Option(help="Check the output against "
+                                                       "autoregressive greedy.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Real speculative decoding against autoregressive decoding, in one process."""
+    from specscope.validate.executor import generate as run_generate
+
+    with _progress("decoding") as bar:
+        task = bar.add_task("decoding", total=None)
+        result = run_generate(
+            model, drafter, prompts, n, max_new, draft_model=draft_model, algo=algo,
+            budget=budget, tree=tree, ssm_verify=ssm_verify, temperature=temperature, seed=seed,
+            rule=rule, verify_lossless=verify_lossless, threads=threads,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    if as_json:
+        _emit(result.to_dict(), True, None)
+    else:
+        console.print(generate_table(result.to_dict()))
+
+
+@app.command()
+def collect(
+    model: Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")],
+    prompts: Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a "
+                                              ".jsonl file.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Trace parquet to write.")],
+    drafters: Annotated[str, typer.Option(help="Comma list of draft, ngram, suffix, "
+                                               "recycle.")] = "draft,ngram,suffix,recycle",
+    draft_model: Annotated[str | None, typer.Option(help="Draft model (default: "
+                                                         "tiny-code-draft).")] = None,
+    n: Annotated[int, typer.Option(help="Prompts to trace.")] = 16,
+    max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 128,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """Trace real forward passes: every drafter's candidates given the true prefix."""
+    from specscope.validate.collect import collect as run_collect
+
+    with _progress("collecting") as bar:
+        task = bar.add_task("collecting", total=n)
+        trace = run_collect(
+            model, drafters, prompts, n, max_new, output=output, temperature=temperature,
+            seed=seed, draft_model=draft_model,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    requests = trace.df.get_column("request_id").n_unique()
+    console.print(f"wrote {trace.df.height} rows ({requests} requests) to {output}")
 
 
 @zoo_app.command("train")

@@ -68,3 +68,28 @@ def cost_table(report: dict[str, Any], title: str) -> Table:
         table.add_row(op["op"], f"{op['flops'] / 1e9:.3f}", f"{op['bytes'] / 1e6:.1f}",
                       f"{op['time_ms']:.4f}", op["bound"])
     return table
+
+
+def generate_table(run: dict[str, Any]) -> Table:
+    """A `specscope generate` result: speculative against autoregressive, phase breakdown."""
+    table = Table(title=f"{run['target']} · drafter {run['drafter']} · {run['method']} "
+                        f"({run['tree_origin']}) · {run['rule']} · {run['threads']} threads")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    rows = [
+        ("speculative tokens/s", f"{run['tokens_per_s']:,.1f}"),
+        ("autoregressive tokens/s", f"{run['ar_tokens_per_s']:,.1f}"),
+        ("speedup", f"{run['speedup']:.2f}×"),
+        ("accepted drafts / step", f"{run['mean_accepted']:.3f}"),
+        ("tokens / step", f"{run['tokens_per_step']:.3f}"),
+        ("mean tree size", f"{run['mean_tree_size']:.1f}"),
+        ("draft ms", f"{run['draft_ms']:,.1f}"),
+        ("verify ms", f"{run['verify_ms']:,.1f}"),
+        ("bookkeeping ms", f"{run['bookkeeping_ms']:,.1f}"),
+        ("autoregressive ms", f"{run['ar_ms']:,.1f}"),
+    ]
+    if run.get("lossless") is not None:
+        rows.append(("lossless", f"{run['lossless']} ({run['mismatches']} mismatches)"))
+    for row in rows:
+        table.add_row(*row)
+    return table

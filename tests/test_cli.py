@@ -260,3 +260,49 @@ def test_bad_method_parameters_are_one_line(run: Run, trace_file: Path) -> None:
     code, _, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(trace_file),
                        "--budget", "16", "--algo", "specdecpp", "--specdecpp-threshold", "1.5")
     assert code == 2 and "--specdecpp-threshold" in err and len(err.strip().splitlines()) == 1
+
+
+def test_generate_is_lossless_and_reports_rates(run: Run) -> None:
+    code, out, err = run(main, "generate", "--model", "tiny-code", "--drafter", "ngram",
+                         "--algo", "sequoia", "--budget", "6", "--prompts", "builtin:code-edit",
+                         "--n", "2", "--max-new", "16", "--verify-lossless", "--threads", "1",
+                         "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["lossless"] is True and doc["mismatches"] == 0
+    assert doc["tokens_per_s"] > 0 and doc["ar_tokens_per_s"] > 0
+    assert doc["tokens_per_step"] == pytest.approx(doc["mean_accepted"] + 1)
+
+
+def test_collect_writes_a_trace_that_drives_optimize_tree(run: Run, tmp_path: Path) -> None:
+    trace = tmp_path / "real.parquet"
+    code, _, err = run(main, "collect", "--model", "tiny-code", "--drafters", "draft,ngram",
+                       "--prompts", "builtin:stdlib-code", "--n", "2", "--max-new", "16",
+                       "-o", str(trace))
+    assert code == 0, err
+    code, out, err = run(optimize_tree_main, "--hw", "edge-cpu", "--trace", str(trace),
+                         "--budget", "8", "--algo", "sequoia,chain", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["source"] == "draft:tiny-code-draft" and doc["drafter"] == "tiny-code-draft"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["generate", "--model", "nope", "--drafter", "ngram", "--prompts", "builtin:code-edit",
+          "--algo", "chain", "--budget", "4"], "nope"),
+        (["generate", "--model", "tiny-code", "--drafter", "bogus", "--prompts",
+          "builtin:code-edit", "--algo", "chain", "--budget", "4"], "bogus"),
+        (["generate", "--model", "tiny-code", "--drafter", "ngram", "--prompts", "missing.jsonl",
+          "--algo", "chain", "--budget", "4"], "missing.jsonl"),
+        (["collect", "--model", "tiny-code", "--drafters", "magic", "--prompts",
+          "builtin:stdlib-code", "-o", "OUT"], "magic"),
+    ],
+)
+def test_bad_generate_and_collect_inputs(run: Run, tmp_path: Path, args: list[str],
+                                         needle: str) -> None:
+    out_file = tmp_path / "t.parquet"
+    code, _, err = run(main, *[str(out_file) if a == "OUT" else a for a in args])
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+    assert not out_file.exists()
