@@ -264,10 +264,23 @@ def test_zoo_greedy_equals_autoregressive_on_code_edit(drafter: str, algo: str) 
     assert_lossless(case, drafter, algo)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not weights_path("tiny-ssm").is_file(), reason="tiny-ssm not trained yet")
+@pytest.mark.parametrize("algo", METHODS)
+@pytest.mark.parametrize("drafter", DRAFTERS)
+def test_zoo_ssm_greedy_equals_autoregressive_with_both_verifiers(drafter: str,
+                                                                   algo: str) -> None:
+    """The trained tiny-ssm on 32 code-edit prompts: STree and naive are lossless and agree."""
+    if drafter == "draft" and not weights_path("tiny-code-draft").is_file():
+        pytest.skip("zoo draft model tiny-code-draft not trained yet")
+    assert_lossless_with_both_ssm_verifiers(zoo_case("tiny-ssm"), drafter, algo)
+
+
 @cache
-def zoo_case() -> Case:
-    """The zoo's target and draft in float64 on the code-edit prompts (32 + 4 to calibrate)."""
-    module, tokenizer = load_zoo_model("tiny-code", dtype=torch.float64)
+def zoo_case(target: str = "tiny-code") -> Case:
+    """A zoo target with the zoo's draft in float64 on the code-edit prompts (32 + 4 to
+    calibrate)."""
+    module, tokenizer = load_zoo_model(target, dtype=torch.float64)
     draft = None
     if weights_path("tiny-code-draft").is_file():
         draft = wrap(load_zoo_model("tiny-code-draft", dtype=torch.float64)[0])
