@@ -206,8 +206,9 @@ def _hardware_aware(algo: str, setup: Setup, budgets: Sequence[int]) -> list[Sco
         return [_specdecpp(setup, b) for b in budgets]
     if algo == DP_REFERENCE:
         dp = SequoiaDP(setup.p, max(budgets), setup.max_depth)
+        steps = setup.pricing.step_table(max(budgets), dp.table.shape[1] - 1)
         trees = [
-            dp.tree(*choose_size(dp.table, range(1, b + 1), setup.pricing.step_s), setup.source)
+            dp.tree(*choose_size(dp.table, range(1, b + 1), steps), source=setup.source)
             for b in budgets
         ]
     else:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from specscope.hw_profiles import CostModel
 from specscope.trace import Trace, replay
 from specscope.tree import ROOT_SOURCE, Tree
@@ -53,9 +55,16 @@ class Pricing:
             )
         )
 
-    def step_s(self, n: int, depth: int, leaves: int | None = None) -> float:
-        """Seconds for one speculative step: d draft levels + one verification."""
-        return depth * self.draft_level_s + self.verify_s(n, depth, leaves)
+    def step_table(self, max_n: int, max_depth: int) -> np.ndarray:
+        """Seconds of one step for every tree size n ≤ max_n (rows) and depth d (columns):
+        d draft levels + one verification of n tokens; row 0 is +inf (no tree has 0 nodes)."""
+        sizes = np.arange(1, max_n + 1)
+        table = np.full((max_n + 1, max_depth + 1), np.inf)
+        for d in range(max_depth + 1):
+            verify = self.target.verify_time(sizes, self.context_len, batch=self.batch, depth=d,
+                                             ssm_verify=self.ssm_verify)
+            table[1:, d] = d * self.draft_level_s + np.asarray(verify, dtype=float)
+        return table
 
     def tree_step_s(self, tree: Tree) -> float:
         """Seconds for one speculative step with this tree.

@@ -14,26 +14,27 @@ from specscope.tree import Tree
 
 
 def choose_size(
-    values: np.ndarray, budgets: Iterable[int], step_time: Callable[[int, int], float]
+    values: np.ndarray, budgets: Iterable[int], step_times: np.ndarray
 ) -> tuple[int, int]:
-    """(n, d) minimising step_time(n, d) / values[n, d] over n in `budgets`, every depth d.
+    """(n, d) minimising step_times[n, d] / values[n, d] over n in `budgets`, every depth d.
 
-    `values` is a value table T[n][d] (best G for n nodes, depth ≤ d), e.g. Sequoia's.
+    `values` is a value table T[n][d] (best G for n nodes, depth ≤ d), e.g. Sequoia's;
+    `step_times` has the same shape (`Pricing.step_table`). Ties go to the smaller n, then d.
     """
-    best, best_cost = None, np.inf
-    for n in budgets:
-        if not 1 <= n < values.shape[0]:
-            raise InputError(f"budget {n} outside the value table (1..{values.shape[0] - 1})")
-        for d in range(values.shape[1]):
-            g = values[n, d]
-            if not np.isfinite(g) or (d > 0 and g == values[n, d - 1]):
-                continue  # impossible, or a deeper cap that changes nothing (it costs more)
-            cost = step_time(n, d) / g
-            if cost < best_cost:
-                best, best_cost = (n, d), cost
-    if best is None:
+    sizes = np.array(sorted(set(budgets)), dtype=np.int64)
+    if sizes.size == 0 or sizes[0] < 1 or sizes[-1] >= values.shape[0]:
+        raise InputError(f"budgets {sizes.tolist()} outside the value table "
+                         f"(1..{values.shape[0] - 1})")
+    g = values[sizes]
+    # a deeper cap that changes nothing is the same tree, priced as deeper: skip it
+    same = np.zeros_like(g, dtype=bool)
+    same[:, 1:] = g[:, 1:] == g[:, :-1]
+    usable = np.isfinite(g) & (g > 0) & ~same
+    if not usable.any():
         raise InputError("no feasible (budget, depth) pair")
-    return best
+    cost = np.where(usable, step_times[sizes] / np.where(usable, g, 1.0), np.inf)
+    row, d = np.unravel_index(np.argmin(cost), cost.shape)
+    return int(sizes[row]), int(d)
 
 
 def choose_tree(
