@@ -45,7 +45,9 @@ class Tree:
         object.__setattr__(self, "sources", sources)
         parents.setflags(write=False)
         ranks.setflags(write=False)
-        _validate(parents, ranks, sources)
+        depths = _validate(parents, ranks, sources)
+        depths.setflags(write=False)
+        object.__setattr__(self, "_node_depths", depths)
 
     # ---- construction -------------------------------------------------------------------
 
@@ -92,9 +94,7 @@ class Tree:
         src = [ROOT_SOURCE] + [DEFAULT_SOURCE] * (n - 1) if sources is None else list(sources)
         if rk.size != n or len(src) != n:
             raise InputError(f"tree: {n} parents but {rk.size} ranks and {len(src)} sources")
-        depth = np.zeros(n, dtype=np.int64)
-        for i in range(1, n):
-            depth[i] = depth[par[i]] + 1
+        depth = _depths(par)
         # Breadth-first: order by depth, then by the parent's new position, then (source, rank).
         order = [0]
         new_index = {0: 0}
@@ -138,14 +138,10 @@ class Tree:
     def __len__(self) -> int:
         return self.size
 
-    @cached_property
+    @property
     def depths(self) -> np.ndarray:
-        """Depth of every node (root 0)."""
-        d = np.zeros(self.size, dtype=np.int64)
-        for i in range(1, self.size):
-            d[i] = d[self.parents[i]] + 1
-        d.setflags(write=False)
-        return d
+        """Depth of every node (root 0); computed once, by validation."""
+        return self._node_depths
 
     @property
     def depth(self) -> int:
@@ -269,7 +265,16 @@ class Tree:
         return f"Tree(n={self.size}, depth={self.depth}, sources={sorted(set(self.sources[1:]))})"
 
 
-def _validate(parents: np.ndarray, ranks: np.ndarray, sources: tuple[str, ...]) -> None:
+def _depths(parents: np.ndarray) -> np.ndarray:
+    """Depth of every node of a topologically ordered parent array (root 0)."""
+    depth = np.zeros(parents.size, dtype=np.int64)
+    for i in range(1, parents.size):
+        depth[i] = depth[parents[i]] + 1
+    return depth
+
+
+def _validate(parents: np.ndarray, ranks: np.ndarray, sources: tuple[str, ...]) -> np.ndarray:
+    """Raise `InputError` for a malformed tree; return the node depths it computed."""
     n = parents.size
     if n == 0:
         raise InputError("tree: empty (the root is required)")
@@ -278,7 +283,7 @@ def _validate(parents: np.ndarray, ranks: np.ndarray, sources: tuple[str, ...]) 
     if parents[0] != -1:
         raise InputError(f"tree: node 0 must be the root (parent -1), got parent {parents[0]}")
     if n == 1:
-        return
+        return np.zeros(1, dtype=np.int64)
     idx = np.arange(1, n)
     bad = np.flatnonzero((parents[1:] < 0) | (parents[1:] >= idx))
     if bad.size:
@@ -287,9 +292,7 @@ def _validate(parents: np.ndarray, ranks: np.ndarray, sources: tuple[str, ...]) 
     bad = np.flatnonzero(ranks[1:] < 0)
     if bad.size:
         raise InputError(f"tree: node {int(bad[0]) + 1} has negative rank")
-    depth = np.zeros(n, dtype=np.int64)
-    for i in range(1, n):
-        depth[i] = depth[parents[i]] + 1
+    depth = _depths(parents)
     bad = np.flatnonzero(np.diff(depth) < 0)
     if bad.size:
         raise InputError(f"tree: node {int(bad[0]) + 1} breaks breadth-first order")
@@ -302,6 +305,7 @@ def _validate(parents: np.ndarray, ranks: np.ndarray, sources: tuple[str, ...]) 
                 f"{parents[i]}"
             )
         seen.add(key)
+    return depth
 
 
 def acceptance_table(p: Acceptance, name: str = "acceptance") -> np.ndarray:
