@@ -321,3 +321,12 @@ def test_goose_accepts_at_least_what_its_spine_or_its_root_branches_would_alone(
             context += commit(transformer.target, drafter, verdict, tokens, logits)
             method.observe(drafted, verdict)
     assert gains > 0  # spine and branches together beat both somewhere
+
+
+def test_mismatches_count_differing_and_missing_tokens() -> None:
+    from specscope.validate.executor import mismatched
+
+    assert mismatched([1, 2, 3], [1, 2, 3]) == 0
+    assert mismatched([1, 9, 3], [1, 2, 3]) == 1
+    assert mismatched([1, 2], [1, 2, 3]) == 1
+    assert mismatched([7, 2, 3, 4], [1, 2, 3]) == 2

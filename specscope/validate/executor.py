@@ -506,10 +506,8 @@ def speculative_generate(
             progress(i + 1, len(prompts))
     mismatches = None
     if verify_lossless:
-        mismatches = sum(
-            int(np.count_nonzero(np.array(r.output) != np.array(ref.output)))
-            for r, ref in zip(runs, reference, strict=True)
-        )
+        mismatches = sum(mismatched(r.output, ref.output) for r, ref in zip(runs, reference,
+                                                                             strict=True))
     return GenerateResult(
         target=target.name,
         drafter=drafter.source,
@@ -524,6 +522,13 @@ def speculative_generate(
         lossless=None if mismatches is None else mismatches == 0,
         mismatches=mismatches,
     )
+
+
+def mismatched(output: Sequence[int], reference: Sequence[int]) -> int:
+    """Positions where two outputs differ; a missing or extra token counts as a mismatch."""
+    common = min(len(output), len(reference))
+    differ = sum(a != b for a, b in zip(output[:common], reference[:common], strict=True))
+    return differ + abs(len(output) - len(reference))
 
 
 def _check_rule(rule: str, temperature: float, method: Method) -> None:
