@@ -306,3 +306,20 @@ def test_bad_generate_and_collect_inputs(run: Run, tmp_path: Path, args: list[st
     code, _, err = run(main, *[str(out_file) if a == "OUT" else a for a in args])
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
     assert not out_file.exists()
+
+
+def test_choice_does_not_depend_on_the_hash_seed(trace_file: Path) -> None:
+    """Same inputs, same output, whatever PYTHONHASHSEED orders sets and dicts by."""
+    import os
+    import subprocess
+    import sys
+
+    args = ["--hw", "h100", "--trace", str(trace_file), "--budgets", "4,8,16", "--algo",
+            "best-first,kary,dyspec", "--json"]
+    code = "from specscope.cli import optimize_tree_main; optimize_tree_main()"
+    outs = {
+        subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       check=True, env=os.environ | {"PYTHONHASHSEED": seed}).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outs) == 1

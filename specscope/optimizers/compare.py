@@ -26,7 +26,7 @@ from specscope.optimizers.dyspec import (
 from specscope.optimizers.ets import ets_tree
 from specscope.optimizers.goose import GooseAcceptance, goose_acceptance, goose_tree
 from specscope.optimizers.scoring import Pricing, Score, score_tree
-from specscope.optimizers.select import choose_size, choose_tree
+from specscope.optimizers.select import choose_size, choose_trees
 from specscope.optimizers.sequoia import SequoiaDP
 from specscope.optimizers.specdecpp import specdecpp
 from specscope.trace import Trace, sequence_sources, trace_sources
@@ -214,14 +214,11 @@ def _hardware_aware(algo: str, setup: Setup, budgets: Sequence[int]) -> list[Sco
     else:
         cap = max(budgets) - 1 if setup.max_depth is None else setup.max_depth
         sizes = sorted({*range(1, min(SMALL_SIZES, max(budgets)) + 1), *budgets})
-        candidates = {
+        # dict, not set: Tree hashes vary between processes, insertion order does not
+        candidates = dict.fromkeys(
             TREE_METHODS[algo](setup, n, d) for n in sizes for d in range(min(cap, n - 1) + 1)
-        }
-        trees = [
-            choose_tree([t for t in candidates if t.size <= b], setup.value,
-                        setup.pricing.tree_step_s)
-            for b in budgets
-        ]
+        )
+        trees = choose_trees(candidates, setup.value, setup.pricing.tree_step_s, budgets)
     return [score_tree(algo, t, setup.value(t), setup.pricing, setup.trace) for t in trees]
 
 

@@ -5,7 +5,7 @@ time per token = (d · t_draft + t_verify(n)) / G(n, d); speedup = t_autoregress
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -37,15 +37,21 @@ def choose_size(
     return int(sizes[row]), int(d)
 
 
-def choose_tree(
-    trees: Iterable[Tree], value: Callable[[Tree], float], step_time: Callable[[Tree], float]
-) -> Tree:
-    """The tree with the least step time per expected token among `trees`."""
-    best, best_cost = None, np.inf
-    for tree in trees:
-        cost = step_time(tree) / value(tree)
-        if cost < best_cost:
-            best, best_cost = tree, cost
-    if best is None:
-        raise InputError("no candidate tree to choose from")
-    return best
+def choose_trees(
+    trees: Iterable[Tree],
+    value: Callable[[Tree], float],
+    step_time: Callable[[Tree], float],
+    budgets: Sequence[int],
+) -> list[Tree]:
+    """For each budget, the tree of at most that many nodes with the least step time per
+    expected token. Each tree is valued and priced once; ties go to the earlier tree."""
+    trees = list(trees)
+    sizes = np.array([t.size for t in trees])
+    cost = np.array([step_time(t) / value(t) for t in trees])
+    chosen = []
+    for b in budgets:
+        fits = np.flatnonzero(sizes <= b)
+        if fits.size == 0:
+            raise InputError(f"no candidate tree within budget {b}")
+        chosen.append(trees[int(fits[np.argmin(cost[fits])])])
+    return chosen
