@@ -18,10 +18,8 @@ import numpy as np
 
 from specscope.hw_profiles import CostModel
 from specscope.trace import Trace, replay
+from specscope.trace.schema import MODEL_FREE_SOURCES
 from specscope.tree import ROOT_SOURCE, Tree
-
-MODEL_FREE_SOURCES = frozenset({"ngram", "suffix", "recycle"})
-"""Drafter sources that cost no model forward: a tree level of only these is drafted for free."""
 
 
 @dataclass(frozen=True)
