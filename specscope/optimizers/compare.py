@@ -28,6 +28,7 @@ from specscope.optimizers.goose import GooseAcceptance, goose_acceptance, goose_
 from specscope.optimizers.scoring import Pricing, Score, score_tree
 from specscope.optimizers.select import choose_size, choose_trees
 from specscope.optimizers.sequoia import SequoiaDP
+from specscope.optimizers.specdecpp import MAX_LEN as SPECDECPP_MAX_LEN
 from specscope.optimizers.specdecpp import specdecpp
 from specscope.trace import Trace, sequence_sources, trace_sources
 from specscope.tree import ROOT_SOURCE, Tree
@@ -203,7 +204,12 @@ def score_method(algo: str, setup: Setup, budget: int) -> Score:
 def _hardware_aware(algo: str, setup: Setup, budgets: Sequence[int]) -> list[Score]:
     """One row per budget: the method's best (n ≤ budget, d) by step time per expected token."""
     if algo in POLICY_METHODS:
-        return [_specdecpp(setup, b) for b in budgets]
+        rows: dict[int, Score] = {}
+        for b in budgets:  # budgets past the longest draft give the same policy: solve once
+            cap = min(b, SPECDECPP_MAX_LEN + 1)
+            if cap not in rows:
+                rows[cap] = _specdecpp(setup, cap)
+        return [rows[min(b, SPECDECPP_MAX_LEN + 1)] for b in budgets]
     if algo == DP_REFERENCE:
         dp = SequoiaDP(setup.p, max(budgets), setup.max_depth)
         steps = setup.pricing.step_table(max(budgets), dp.table.shape[1] - 1)
