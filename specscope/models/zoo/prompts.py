@@ -8,9 +8,17 @@
   the prompt. This is the agentic editing workload where copy-based drafters (n-gram, suffix)
   shine.
 
+Prompts end where the next token starts a line: the tokenizer merges a newline with the
+indentation after it, so a prompt ending in a bare newline would ask for a continuation the
+models never saw in training (the token-boundary problem).
+
 Functions come only from `data.HELD_OUT_MODULES`, never from training text, and are picked in the
 order of a hash of (set, module, line), so the sets are the same on every machine with the same
 standard library. Decorated functions are left out (their headers are not one `def`).
+
+`edit_documents` writes the same kind of example, prompt and edited function, for the functions
+of the *training* modules: the zoo targets see them in training, as code models are trained on
+edits, so that they learn to carry out the edit by copying (the held-out prompts stay unseen).
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ MAX_PREFIX_CHARS = 1200
 """Longest `stdlib-code` prompt (≈ 400 tokens), leaving room to complete in 512."""
 MAX_EDIT_FUNCTION_CHARS = 600
 """Longest function copied by a `code-edit` prompt: prompt plus copy fit in 512 tokens."""
+EDIT_KINDS = ("rename", "param", "nodoc")
+"""Edits of a code-edit example, cycled by the example's index."""
 RENAME_SUFFIXES = ("_v2", "_new", "_impl", "_copy")
 
 
@@ -64,8 +74,13 @@ class Function:
 
 def held_out_functions(root: Path | None = None) -> list[Function]:
     """Every undecorated function and method of the held-out modules, in module and line order."""
+    return module_functions(split_modules(root)[1], root)
+
+
+def module_functions(modules: list[str], root: Path | None = None) -> list[Function]:
+    """Every undecorated function and method of `modules`, in module and line order."""
     functions = []
-    for module in split_modules(root)[1]:
+    for module in modules:
         source = read_module(module, root)
         source_lines = source.splitlines()
         for node in ast.walk(ast.parse(source)):
@@ -116,39 +131,55 @@ def stdlib_code_prompts(root: Path | None = None) -> list[str]:
     prompts = {}
     for f in held_out_functions(root):
         cut = f.doc_end if f.doc_end > f.body_start else f.body_start + 1
-        prompt = "\n".join(f.lines[:cut]) + "\n"
+        prompt = "\n".join(f.lines[:cut]).rstrip("\n")
         if f.statements >= 2 and len(f.lines) - cut >= 3 and len(prompt) <= MAX_PREFIX_CHARS:
             prompts[f] = prompt
     return [prompts[f] for f in _pick("stdlib-code", list(prompts))]
 
 
+def _editable(f: Function) -> bool:
+    """Whether `f` makes a code-edit example (two statements or more, short enough to copy)."""
+    return f.statements >= 2 and len(f.lines) >= 4 and len(f.text) <= MAX_EDIT_FUNCTION_CHARS
+
+
 def code_edit_prompts(root: Path | None = None) -> list[str]:
     """`builtin:code-edit`: a function, an edit instruction and the edited header to continue."""
-    candidates = [
-        f
-        for f in held_out_functions(root)
-        if f.statements >= 2 and len(f.lines) >= 4 and len(f.text) <= MAX_EDIT_FUNCTION_CHARS
-    ]
-    return [_edit_prompt(f, i) for i, f in enumerate(_pick("code-edit", candidates))]
+    candidates = [f for f in held_out_functions(root) if _editable(f)]
+    return [edit_example(f, i)[0] for i, f in enumerate(_pick("code-edit", candidates))]
 
 
-def _edit_prompt(f: Function, index: int) -> str:
-    """Prompt `index` of the edit set: kinds cycle rename, parameter rename, drop docstring."""
+def edit_documents(modules: list[str], root: Path | None = None) -> list[str]:
+    """Whole code-edit examples (prompt and edited function) for the functions of `modules`
+    short enough that the example fits the models' 512-token window."""
+    functions = [f for f in module_functions(modules, root) if _editable(f)]
+    return ["".join(edit_example(f, i)) for i, f in enumerate(functions)]
+
+
+def edit_example(f: Function, index: int) -> tuple[str, str]:
+    """Example `index` for `f`: (prompt, the edited function after its first line), the kind
+    of edit cycling through `EDIT_KINDS` (a kind `f` cannot take falls back to a rename)."""
     header = list(f.lines[: f.body_start])
-    body_text = "\n".join(f.lines[f.body_start :])
+    body = list(f.lines[f.body_start :])
+    body_text = "\n".join(body)
     renamable = [p for p in f.params if p not in ("self", "cls") and _word(p).search(body_text)]
-    kind = ("rename", "param", "nodoc")[index % 3]
+    kind = EDIT_KINDS[index % len(EDIT_KINDS)]
     if kind == "param" and renamable:
         old, new = renamable[0], f"{renamable[0]}_value"
         instruction = f"# The same function with parameter `{old}` renamed to `{new}`:"
         header = [_word(old).sub(new, line) for line in header]
+        body = [_word(old).sub(new, line) for line in body]
     elif kind == "nodoc" and f.doc_end > f.body_start:
         instruction = "# The same function without its docstring:"
+        body = body[f.doc_end - f.body_start :]
     else:
         new = f.name.strip("_") + RENAME_SUFFIXES[index % len(RENAME_SUFFIXES)]
         instruction = f"# The same function, renamed to {new}:"
         header[0] = header[0].replace(f"def {f.name}(", f"def {new}(", 1)
-    return f.text + "\n\n" + instruction + "\n" + "\n".join(header) + "\n"
+    whole = f.text + "\n\n" + instruction + "\n" + "\n".join([*header, *body]) + "\n"
+    # the prompt ends after the last non-blank line of the header (see the module docstring)
+    cut = len(whole) - len("\n".join(body)) - 2
+    prompt = whole[:cut].rstrip("\n")
+    return prompt, whole[len(prompt):]
 
 
 def _word(name: str) -> re.Pattern[str]:
