@@ -253,6 +253,16 @@ def test_generate_by_name_on_the_zoo_model_is_lossless() -> None:
     assert "calibration pass on 4 other prompts" in result.tree_origin
 
 
+@needs_zoo
+def test_the_zoo_target_carries_out_edits_by_copying() -> None:
+    # greedy decoding is deterministic, so this is the shipped weights' measured behaviour: the
+    # target copies the body it is asked to edit, and prompt lookup drafts the copy (weights
+    # trained without edit examples, or prompts ending in a bare newline, gave 1.3-2.2 here)
+    result = generate("tiny-code", "ngram", "builtin:code-edit", 8, 64, algo="chain", budget=16,
+                      threads=1)
+    assert result.tokens_per_step > 3.0
+
+
 @pytest.mark.slow
 @needs_zoo
 @pytest.mark.parametrize("algo", METHODS)

@@ -60,6 +60,7 @@ from specscope.validate.drafters import (
 )
 from specscope.validate.targets import Model, load_model
 from specscope.validate.verify import RULES, SAMPLED_DRAFT_RULES, Verdict, next_token, verify
+from specscope.validate.zoo_acceptance import stored_acceptance
 
 DYNAMIC_METHODS = ("dyspec", "specdecpp", "goose")
 """Methods that build each step's tree from live drafter output."""
@@ -675,8 +676,9 @@ def generate(
     with the named drafter on the first `n` prompts of `prompts`, against autoregressive
     decoding in the same process.
 
-    The tree: `tree` (a JSON file), or `algo` at `budget` (static methods shaped by stored
-    acceptance or a calibration pass on other prompts; dyspec, specdecpp, goose per step).
+    The tree: `tree` (a JSON file), or `algo` at `budget` (static methods shaped by the greedy
+    acceptance stored with a zoo target at temperature 0, else by a calibration pass on other
+    prompts; dyspec, specdecpp, goose per step).
     `rule` defaults to greedy at temperature 0 and deterministic-candidate sampling above;
     "specinfer" and "sequoia" draw the draft model's children (static trees only).
     """
@@ -705,7 +707,7 @@ def generate(
     if tree is not None:
         method = static_method("file", load_tree(tree), f"file {tree}")
     else:
-        stored = stored_acceptance(model, chosen.source)
+        stored = stored_acceptance(model, chosen.source) if temperature == 0 else None
         method = resolve_method(algo, budget, chosen, calibrate, stored)
     return speculative_generate(target, chosen, method, tokens[:n], max_new, rule, temperature,
                                 seed, verify_lossless, threads, progress)
@@ -737,16 +739,6 @@ def calibration(
         return trace, f"a calibration pass on {len(prompts)} {what}"
 
     return calibrate
-
-
-def stored_acceptance(model: str, source: str) -> np.ndarray | None:
-    """The positional acceptance vector of `source` stored in a zoo model's report under
-    `acceptance.<source>`, if any."""
-    from specscope.models.zoo import read_zoo_tables
-
-    table = read_zoo_tables().get(model, {})
-    vector = table.get("training", {}).get("acceptance", {}).get(source)
-    return None if vector is None else np.asarray(vector, dtype=np.float64)
 
 
 def _kind(drafter: Drafter) -> str:

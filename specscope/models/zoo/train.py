@@ -1,14 +1,21 @@
 """Train the zoo models on the standard library, nanoGPT-style: one plain loop, no framework.
 
-    specscope zoo train [--model NAME|all] [--minutes M] [--seed S] [--out DIR]
+    specscope zoo train [--model NAME|all] [--steps N | --minutes M] [--seed S] [--out DIR]
 
 Each model trains on random windows of the training token stream with AdamW and a cosine
 schedule after a linear warm-up. Forward and backward run in bfloat16 (2.5× faster than float32
 on CPUs with AVX-512 BF16) against float32 master weights that the optimiser updates. Every
-`steps / EVALS` steps the held-out loss is measured; training stops at the planned step count,
-at the wall-clock budget, or when the held-out loss has not improved for `PATIENCE` evaluations,
-and the best checkpoint is kept. The step count is planned from the budget and the time of the
-first steps, unless `--steps` fixes it (then a run is reproducible step for step).
+`steps / EVALS` steps the held-out loss is measured; training stops at the step count, or
+when the held-out loss has not improved for `PATIENCE` evaluations, and the best checkpoint is
+kept. By default each model runs the step count of its shipped weights (`HYPER`), so a run is
+reproducible step for step; `--minutes` instead plans the count from a wall-clock budget and the
+time of the first steps (and stops at the budget), for a quicker, weaker zoo.
+
+A share of each batch (`Hyper.edit_fraction` of its rows) comes from code-edit examples built
+from the training modules' functions (`prompts.edit_documents`: a function, an edit instruction,
+the edited function), each window starting at an example: small code models do not carry out an
+edit by copying unless they have seen edits, and the agentic editing workload is the one that
+`builtin:code-edit` (held-out functions) measures.
 
 The draft is distilled from its target (half data cross-entropy, half KL to the target's
 distribution, as in DistillSpec, Zhou et al. 2023): speculative acceptance depends on the two
@@ -47,7 +54,8 @@ from specscope.models.zoo import (
     weights_path,
     zoo_specs,
 )
-from specscope.models.zoo.data import corpus_texts
+from specscope.models.zoo.data import corpus_texts, split_modules
+from specscope.models.zoo.prompts import edit_documents
 from specscope.models.zoo.tokenizer import TOKENIZER_FILE, ZooTokenizer, train_tokenizer
 
 TRAIN_DTYPE = torch.bfloat16
@@ -78,23 +86,27 @@ class Hyper:
     lr: float
     batch: int
     seq_len: int
-    minutes: float
+    steps: int
+    """Steps of the shipped weights."""
     teacher: str = ""
     """Zoo model to distil from ("" for none)."""
     agree_with: tuple[str, ...] = ()
     """Targets whose greedy top-1 agreement with this model is recorded."""
+    edit_fraction: float = 0.0
+    """Share of each batch's rows drawn from the code-edit examples."""
 
 
 HYPER = {
-    "tiny-code": Hyper(lr=2e-3, batch=8, seq_len=512, minutes=11.0),
-    "tiny-ssm": Hyper(lr=2e-3, batch=4, seq_len=512, minutes=11.0),
+    "tiny-code": Hyper(lr=2e-3, batch=8, seq_len=512, steps=6000, edit_fraction=0.25),
+    "tiny-ssm": Hyper(lr=2e-3, batch=4, seq_len=512, steps=423),
     "tiny-code-draft": Hyper(
         lr=3e-3,
         batch=8,
         seq_len=512,
-        minutes=6.0,
+        steps=2500,
         teacher="tiny-code",
         agree_with=("tiny-code", "tiny-ssm"),
+        edit_fraction=0.25,
     ),
 }
 ORDER = ("tiny-code", "tiny-ssm", "tiny-code-draft")
@@ -225,7 +237,9 @@ def train_model(
     """Train zoo model `name`, save its best weights under `out`; returns its training report."""
     hp = HYPER[name]
     spec = zoo_specs(out)[name]
-    budget_s = 60.0 * (minutes if minutes is not None else hp.minutes)
+    budget_s = math.inf if minutes is None else 60.0 * minutes
+    if steps is None and minutes is None:
+        steps = hp.steps
     torch.manual_seed(seed)
     master = new_model(spec, seed)
     work = copy.deepcopy(master).to(TRAIN_DTYPE)
@@ -237,7 +251,12 @@ def train_model(
     teacher = None
     if hp.teacher:
         teacher = load_zoo_model(hp.teacher, TRAIN_DTYPE, out)[0]
-    train, heldout = streams["train"], streams["heldout"]
+    train, heldout, edits = streams["train"], streams["heldout"], streams["edit"]
+    n_edit = round(hp.batch * hp.edit_fraction)
+    # windows of the edit stream start where an example starts (after an end-of-text token)
+    edit_starts = torch.cat([torch.zeros(1, dtype=torch.long),
+                             1 + torch.nonzero(edits == tokenizer.eot_id).flatten()])
+    edit_starts = edit_starts[edit_starts < edits.numel() - hp.seq_len - 1]
     probe = eval_windows(heldout, hp.seq_len, EVAL_WINDOWS)
     token_bytes = torch.tensor(tokenizer.token_bytes())
     generator = torch.Generator().manual_seed(seed)
@@ -251,8 +270,13 @@ def train_model(
         lr = lr_at(step, planned, hp.lr)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        starts = torch.randint(0, train.numel() - hp.seq_len - 1, (hp.batch,), generator=generator)
-        batch = torch.stack([train[s : s + hp.seq_len + 1] for s in starts.tolist()])
+        starts = torch.randint(0, train.numel() - hp.seq_len - 1, (hp.batch - n_edit,),
+                               generator=generator)
+        rows = [train[s : s + hp.seq_len + 1] for s in starts.tolist()]
+        if n_edit:
+            picks = torch.randint(0, edit_starts.numel(), (n_edit,), generator=generator)
+            rows += [edits[s : s + hp.seq_len + 1] for s in edit_starts[picks].tolist()]
+        batch = torch.stack(rows)
         logits = sequence_logits(work, batch[:, :-1]).float().flatten(0, 1)
         loss = F.cross_entropy(logits, batch[:, 1:].flatten())
         if teacher is not None:
@@ -322,6 +346,7 @@ def train_model(
         "seq_len": hp.seq_len,
         "train_dtype": "bfloat16, float32 master weights",
         "distilled_from": hp.teacher,
+        "edit_fraction": hp.edit_fraction,
         "seed": seed,
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -373,7 +398,8 @@ def render_zoo_toml(tables: dict[str, dict[str, Any]]) -> str:
 def prepare(out: Path) -> tuple[ZooTokenizer, dict[str, torch.Tensor]]:
     """Make `out` a zoo folder (specs from the shipped zoo.toml, reports dropped, when it has
     none; the shipped tokenizer, or a freshly trained one when it has none) and return the
-    tokenizer and the "train" and "heldout" token streams."""
+    tokenizer and the "train", "heldout" and "edit" (code-edit examples of the training
+    modules) token streams."""
     if not (out / ZOO_TOML).is_file():
         tables = {
             name: {k: v for k, v in table.items() if k != "training"}
@@ -381,6 +407,7 @@ def prepare(out: Path) -> tuple[ZooTokenizer, dict[str, torch.Tensor]]:
         }
         write_text_atomic(out / ZOO_TOML, render_zoo_toml(tables))
     texts = {part: corpus_texts(part) for part in ("train", "heldout")}
+    texts["edit"] = edit_documents(split_modules()[0])
     tokenizer_path = out / TOKENIZER_FILE
     if tokenizer_path.is_file():
         tokenizer = ZooTokenizer.load(tokenizer_path)
@@ -402,8 +429,8 @@ def train(
 ) -> dict[str, dict[str, Any]]:
     """Train the named zoo models in order into `out`; returns their training reports.
 
-    `minutes` overrides each model's wall-clock budget; `steps` fixes the step count instead
-    of planning it from the budget. Each report is written to `out/zoo.toml` as soon as its
+    `steps` overrides each model's step count; `minutes` plans it from a wall-clock budget
+    instead (and stops there). Each report is written to `out/zoo.toml` as soon as its
     model is saved.
     """
     out = Path(out)
