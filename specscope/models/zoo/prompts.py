@@ -175,10 +175,9 @@ def edit_example(f: Function, index: int) -> tuple[str, str]:
         new = f.name.strip("_") + RENAME_SUFFIXES[index % len(RENAME_SUFFIXES)]
         instruction = f"# The same function, renamed to {new}:"
         header[0] = header[0].replace(f"def {f.name}(", f"def {new}(", 1)
-    whole = f.text + "\n\n" + instruction + "\n" + "\n".join([*header, *body]) + "\n"
-    # the prompt ends after the last non-blank line of the header (see the module docstring)
-    cut = len(whole) - len("\n".join(body)) - 2
-    prompt = whole[:cut].rstrip("\n")
+    head = f.text + "\n\n" + instruction + "\n" + "\n".join(header)
+    whole = head + "\n" + "\n".join(body) + "\n"
+    prompt = head.rstrip("\n")  # ends at a token boundary (see the module docstring)
     return prompt, whole[len(prompt):]
 
 
