@@ -14,13 +14,21 @@ workload being decoded.
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
-from specscope.models.zoo import ZOO_DIR, ZOO_TOML, load_zoo_model, read_zoo_tables, weights_path
+from specscope.models.zoo import (
+    ZOO_DIR,
+    ZOO_TOML,
+    load_zoo_model,
+    load_zoo_tokenizer,
+    read_zoo_tables,
+    weights_path,
+)
 from specscope.models.zoo.data import corpus_texts
 from specscope.models.zoo.train import eval_windows, render_zoo_toml, token_stream
 from specscope.trace import AcceptanceModel
@@ -37,13 +45,20 @@ def measure_acceptance(target: str, draft: str = DEFAULT_DRAFT_MODEL,
                        directory: Path = ZOO_DIR) -> list[float]:
     """Positional acceptance p_1..p_K of zoo model `draft` drafting for zoo model `target`,
     greedy, on windows of the held-out modules."""
-    module, tokenizer = load_zoo_model(target, directory=directory)
+    module = load_zoo_model(target, directory=directory)[0]
     drafter = DraftModelDrafter(wrap(load_zoo_model(draft, directory=directory)[0], draft))
-    stream = token_stream(tokenizer, corpus_texts("heldout"))
-    windows = eval_windows(stream, PROMPT_TOKENS - 1, PROMPTS)
-    trace = collect_tokens(wrap(module, target), [drafter], windows.tolist(), NEW_TOKENS)
+    trace = collect_tokens(wrap(module, target), [drafter], heldout_prompts(directory),
+                           NEW_TOKENS)
     p = AcceptanceModel.from_trace(trace, drafter.source).p
     return [round(float(x), 4) for x in np.ravel(p)]
+
+
+@cache
+def heldout_prompts(directory: Path = ZOO_DIR) -> tuple[tuple[int, ...], ...]:
+    """The measurement's prompts: `PROMPTS` windows of `PROMPT_TOKENS` tokens spread over the
+    held-out modules, tokenised once per zoo folder (every target shares the tokenizer)."""
+    stream = token_stream(load_zoo_tokenizer(directory), corpus_texts("heldout"))
+    return tuple(map(tuple, eval_windows(stream, PROMPT_TOKENS - 1, PROMPTS).tolist()))
 
 
 def store_acceptance(directory: Path = ZOO_DIR, draft: str = DEFAULT_DRAFT_MODEL) -> dict:
