@@ -31,22 +31,17 @@ from rich.console import Console
 from rich.table import Table
 
 from specscope.errors import InputError
+from specscope.executor.collect import encode
+from specscope.executor.drafters import DRAFTERS, make_drafter
+from specscope.executor.generate import calibration, with_branches
+from specscope.executor.loop import GenerateResult, PhaseTimes, speculative_generate
+from specscope.executor.methods import resolve_method
+from specscope.executor.targets import Model, wrap
 from specscope.models.torch import Mamba2
 from specscope.models.zoo import load_zoo_model, weights_path, zoo_specs
 from specscope.models.zoo.prompts import load_prompts
 from specscope.optimizers.baselines import best_first_tree
 from specscope.tree import Tree
-from specscope.validate.collect import encode
-from specscope.validate.drafters import DRAFTERS, make_drafter
-from specscope.validate.executor import (
-    GenerateResult,
-    PhaseTimes,
-    calibration,
-    resolve_method,
-    speculative_generate,
-    with_branches,
-)
-from specscope.validate.targets import Model, wrap
 
 METHODS = ("sequoia", "dyspec", "specdecpp", "goose", "chain")
 PROMPT_SETS = ("builtin:stdlib-code", "builtin:code-edit")

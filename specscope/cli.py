@@ -137,7 +137,7 @@ def generate(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Real speculative decoding against autoregressive decoding, in one process."""
-    from specscope.validate.executor import generate as run_generate
+    from specscope.executor.generate import generate as run_generate
 
     with _progress("decoding") as bar:
         task = bar.add_task("decoding", total=None)
@@ -169,7 +169,7 @@ def collect(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
     """Trace real forward passes: every drafter's candidates given the true prefix."""
-    from specscope.validate.collect import collect as run_collect
+    from specscope.executor.collect import collect as run_collect
 
     with _progress("collecting") as bar:
         task = bar.add_task("collecting", total=n)
@@ -200,9 +200,9 @@ def zoo_train(
     """Retrain the zoo models on the Python standard library (about 80 minutes on two cores)."""
     import torch
 
+    from specscope.executor.zoo_acceptance import store_acceptance
     from specscope.models.zoo import ZOO_DIR
     from specscope.models.zoo.train import ORDER, train
-    from specscope.validate.zoo_acceptance import store_acceptance
 
     if model != "all" and model not in ORDER:
         raise InputError(f"--model: unknown zoo model {model!r}; one of {', '.join(ORDER)}, all")

@@ -37,8 +37,8 @@ def run_demo(seed: int, console: Console) -> None:
         console.print(optimize_table(result))
         console.print(pareto_table(result))
 
-    from specscope.validate.collect import collect
-    from specscope.validate.executor import generate
+    from specscope.executor.collect import collect
+    from specscope.executor.generate import generate
 
     real_path = DEMO_DIR / "tiny-code.parquet"
     with console.status("2. collecting a real trace from the zoo models"):

@@ -8,6 +8,11 @@ import polars as pl
 import pytest
 import torch
 
+from specscope.executor.collect import collect, collect_tokens
+from specscope.executor.drafters import make_drafter
+from specscope.executor.loop import decode_speculative
+from specscope.executor.methods import static_method
+from specscope.executor.targets import wrap
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Transformer
 from specscope.models.zoo import weights_path
@@ -15,10 +20,6 @@ from specscope.optimizers.baselines import best_first_tree
 from specscope.optimizers.run import OptimizeRequest, run_optimize
 from specscope.trace import read_trace, replay, write_trace
 from specscope.tree import Tree
-from specscope.validate.collect import collect, collect_tokens
-from specscope.validate.drafters import make_drafter
-from specscope.validate.executor import decode_speculative, static_method
-from specscope.validate.targets import wrap
 
 torch.set_num_threads(1)
 

@@ -8,10 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from specscope.models.spec import ModelSpec
-from specscope.models.torch import Transformer
-from specscope.optimizers.dyspec import DraftNode
-from specscope.validate.drafters import (
+from specscope.executor.drafters import (
     DraftModelDrafter,
     GooseDrafter,
     NgramDrafter,
@@ -20,7 +17,10 @@ from specscope.validate.drafters import (
     SuffixTrie,
     propose_chain,
 )
-from specscope.validate.targets import wrap
+from specscope.executor.targets import wrap
+from specscope.models.spec import ModelSpec
+from specscope.models.torch import Transformer
+from specscope.optimizers.dyspec import DraftNode
 
 torch.set_num_threads(1)
 

@@ -19,29 +19,25 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specscope.errors import InputError
+from specscope.executor.drafters import DRAFTERS, make_drafter
+from specscope.executor.generate import calibration, generate, with_branches
+from specscope.executor.loop import (
+    commit,
+    decode_autoregressive,
+    decode_speculative,
+    prefill,
+    speculative_generate,
+    verify_step,
+)
+from specscope.executor.methods import Method, resolve_method, static_method
+from specscope.executor.targets import Model, wrap
+from specscope.executor.verify import greedy
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Mamba2, Transformer
 from specscope.models.torch.hf import HFCausalLM
 from specscope.models.zoo import load_zoo_model, weights_path
 from specscope.models.zoo.prompts import load_prompts
 from specscope.tree import Tree
-from specscope.validate.drafters import DRAFTERS, make_drafter
-from specscope.validate.executor import (
-    Method,
-    calibration,
-    commit,
-    decode_autoregressive,
-    decode_speculative,
-    generate,
-    prefill,
-    resolve_method,
-    speculative_generate,
-    static_method,
-    verify_step,
-    with_branches,
-)
-from specscope.validate.targets import Model, wrap
-from specscope.validate.verify import greedy
 
 torch.set_num_threads(1)
 
@@ -334,7 +330,7 @@ def test_goose_accepts_at_least_what_its_spine_or_its_root_branches_would_alone(
 
 
 def test_mismatches_count_differing_and_missing_tokens() -> None:
-    from specscope.validate.executor import mismatched
+    from specscope.executor.loop import mismatched
 
     assert mismatched([1, 2, 3], [1, 2, 3]) == 0
     assert mismatched([1, 9, 3], [1, 2, 3]) == 1

@@ -9,8 +9,8 @@ from transformers import Mamba2Config, Mamba2ForCausalLM
 
 from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
+from specscope.models.torch.layers import load_checkpoint
 from specscope.models.torch.ssm import CHUNK, Mamba2, SSMState
-from specscope.models.torch.transformer import load_checkpoint
 from specscope.tree import Tree
 
 SPEC = ModelSpec(

@@ -8,7 +8,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specscope.models.spec import ModelSpec
-from specscope.models.torch.transformer import Transformer, load_checkpoint
+from specscope.models.torch.layers import load_checkpoint
+from specscope.models.torch.transformer import Transformer
 from specscope.tree import Tree
 
 SPEC = ModelSpec(

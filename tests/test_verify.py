@@ -8,8 +8,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specscope.tree import Tree
-from specscope.validate.verify import (
+from specscope.executor.verify import (
     Verdict,
     deterministic,
     draw_children,
@@ -18,6 +17,7 @@ from specscope.validate.verify import (
     specinfer,
     verify,
 )
+from specscope.tree import Tree
 
 V = 5
 SAMPLES = 6000

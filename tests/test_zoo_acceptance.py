@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from specscope.models.zoo import ZOO_DIR, ZOO_TOML, read_zoo_tables, zoo_report
-from specscope.models.zoo.train import render_zoo_toml
-from specscope.validate.executor import generate
-from specscope.validate.zoo_acceptance import (
+from specscope.executor.generate import generate
+from specscope.executor.zoo_acceptance import (
     measure_acceptance,
     store_acceptance,
     stored_acceptance,
 )
+from specscope.models.zoo import ZOO_DIR, ZOO_TOML, read_zoo_tables, zoo_report
+from specscope.models.zoo.train import render_zoo_toml
 
 SOURCE = "draft:tiny-code-draft"
 torch.set_num_threads(1)

@@ -8,7 +8,8 @@ that using the first two does not load transformers).
 `verify_tree_naive`, `verify_tree_stree`, then `advance`.
 """
 
+from specscope.models.torch.layers import load_checkpoint
 from specscope.models.torch.ssm import Mamba2, SSMState
-from specscope.models.torch.transformer import KVCache, Transformer, load_checkpoint
+from specscope.models.torch.transformer import KVCache, Transformer
 
 __all__ = ["KVCache", "Mamba2", "SSMState", "Transformer", "load_checkpoint"]

@@ -28,7 +28,7 @@ from torch import nn
 
 from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
-from specscope.models.torch.transformer import FeedForward, RMSNorm, random_init
+from specscope.models.torch.layers import FeedForward, RMSNorm, random_init
 from specscope.tree import Tree
 
 CHUNK = 64

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specscope.errors import InputError
-from specscope.models.spec import ModelSpec
+from specscope.models.spec import ModelSpec, spec_from_table
 
 if TYPE_CHECKING:
     import torch
@@ -44,8 +44,6 @@ def read_zoo_tables(directory: Path = ZOO_DIR) -> dict[str, dict[str, Any]]:
 
 def zoo_specs(directory: Path = ZOO_DIR) -> dict[str, ModelSpec]:
     """The `ModelSpec` of every zoo model, by name."""
-    from specscope.models.catalogue import spec_from_table
-
     where = str(Path(directory) / ZOO_TOML)
     return {
         name: spec_from_table(name, {k: v for k, v in table.items() if k != "training"}, where)

@@ -21,6 +21,9 @@ import numpy as np
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
+from specscope.executor.collect import DEFAULT_DRAFT_MODEL, collect_tokens
+from specscope.executor.drafters import DraftModelDrafter
+from specscope.executor.targets import wrap
 from specscope.models.zoo import (
     ZOO_DIR,
     ZOO_TOML,
@@ -32,9 +35,6 @@ from specscope.models.zoo import (
 from specscope.models.zoo.data import corpus_texts
 from specscope.models.zoo.train import eval_windows, render_zoo_toml, token_stream
 from specscope.trace import AcceptanceModel
-from specscope.validate.collect import DEFAULT_DRAFT_MODEL, collect_tokens
-from specscope.validate.drafters import DraftModelDrafter
-from specscope.validate.targets import wrap
 
 PROMPTS = 24
 PROMPT_TOKENS = 128

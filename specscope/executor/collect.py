@@ -22,17 +22,17 @@ import polars as pl
 import torch
 
 from specscope.errors import InputError
-from specscope.trace import SCHEMA, Trace, write_trace
-from specscope.trace.schema import SEQUENCE_SOURCES
-from specscope.validate.drafters import (
+from specscope.executor.drafters import (
     ROOT,
     Drafter,
     DraftModelDrafter,
     make_drafter,
     propose_chain,
 )
-from specscope.validate.targets import Model, load_model
-from specscope.validate.verify import next_token, probabilities
+from specscope.executor.targets import Model, load_model
+from specscope.executor.verify import next_token, probabilities
+from specscope.trace import SCHEMA, Trace, write_trace
+from specscope.trace.schema import SEQUENCE_SOURCES
 
 COLLECT_DRAFTERS = ("draft", "ngram", "suffix", "recycle")
 """Drafters `collect` can trace (Goose is traced as its parts, ngram and recycle)."""

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 
 from specscope.errors import InputError
+from specscope.executor.targets import Model
+from specscope.executor.verify import draw_children, probabilities
 from specscope.optimizers.dyspec import DraftNode, Proposal
 from specscope.tree import DEFAULT_SOURCE, ROOT_SOURCE, Tree
-from specscope.validate.targets import Model
-from specscope.validate.verify import draw_children, probabilities
 
 DRAFTERS = ("draft", "ngram", "suffix", "recycle", "goose")
 """Drafter names, as `--drafter` takes them."""

@@ -1,0 +1,125 @@
+"""`specscope generate`: models, prompts, drafter and method from names, then the decoding loop.
+
+The calibration pass (a trace over prompts other than the evaluated ones) shapes methods that
+need statistics when none are stored with the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from specscope.errors import InputError
+from specscope.executor.collect import DEFAULT_DRAFT_MODEL, collect_tokens, encode
+from specscope.executor.drafters import (
+    Drafter,
+    GooseDrafter,
+    RecycleDrafter,
+    make_drafter,
+)
+from specscope.executor.loop import GenerateResult, speculative_generate
+from specscope.executor.methods import (
+    load_tree,
+    resolve_method,
+    static_method,
+)
+from specscope.executor.targets import Model, load_model
+from specscope.executor.zoo_acceptance import stored_acceptance
+from specscope.trace import Trace
+
+CALIBRATION_PROMPTS = 4
+"""Prompts of the calibration pass that shapes a tree when no statistics are stored."""
+
+
+def generate(
+    model: str,
+    drafter: str,
+    prompts: str,
+    n: int,
+    max_new: int,
+    draft_model: str | None = None,
+    algo: str | None = None,
+    budget: int | None = None,
+    tree: str | Path | None = None,
+    ssm_verify: str = "stree",
+    temperature: float = 0.0,
+    seed: int = 0,
+    rule: str | None = None,
+    verify_lossless: bool = False,
+    threads: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> GenerateResult:
+    """`specscope generate`: speculative decoding of `model` (zoo name or Hugging Face folder)
+    with the named drafter on the first `n` prompts of `prompts`, against autoregressive
+    decoding in the same process.
+
+    The tree: `tree` (a JSON file), or `algo` at `budget` (static methods shaped by the greedy
+    acceptance stored with a zoo target at temperature 0, else by a calibration pass on other
+    prompts; dyspec, specdecpp, goose per step).
+    `rule` defaults to greedy at temperature 0 and deterministic-candidate sampling above;
+    "specinfer" and "sequoia" draw the draft model's children (static trees only).
+    """
+    from specscope.models.zoo.prompts import load_prompts
+
+    if (tree is None) == (algo is None):
+        raise InputError("give exactly one of --tree and --algo")
+    if n < 1:
+        raise InputError(f"--n must be ≥ 1, got {n}")
+    threads = threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    rule = rule or ("greedy" if temperature == 0 else "deterministic")
+    target, tokenizer = load_model(model, ssm_verify)
+    texts = load_prompts(prompts)
+    tokens = [encode(tokenizer, t, prompts) for t in texts]
+    draft = load_model(draft_model or DEFAULT_DRAFT_MODEL)[0] if drafter == "draft" else None
+    sample = {"specinfer": "with", "sequoia": "without"}.get(rule)
+    generator = torch.Generator().manual_seed(seed)
+    chosen = make_drafter(drafter, target.vocab_size, draft, sample, temperature, generator)
+    if algo == "goose":
+        chosen = with_branches(chosen, target.vocab_size)
+    others = tokens[n:][:CALIBRATION_PROMPTS]
+    use, how = (others, "other") if len(others) >= 2 else (tokens[:n], "the evaluated")
+    calibrate = calibration(target, draft, use, max(8, min(max_new, 64)), temperature, seed,
+                            f"{how} prompts")
+    if tree is not None:
+        method = static_method("file", load_tree(tree), f"file {tree}")
+    else:
+        stored = stored_acceptance(model, chosen.source) if temperature == 0 else None
+        method = resolve_method(algo, budget, chosen, calibrate, stored)
+    return speculative_generate(target, chosen, method, tokens[:n], max_new, rule, temperature,
+                                seed, verify_lossless, threads, progress)
+
+
+def with_branches(drafter: Drafter, vocab_size: int) -> GooseDrafter:
+    """`drafter` as Goose's spine with recycling branches (a Goose drafter as it is)."""
+    if isinstance(drafter, GooseDrafter):
+        return drafter
+    return GooseDrafter(drafter, RecycleDrafter(vocab_size))
+
+
+def calibration(
+    target: Model,
+    draft: Model | None,
+    prompts: Sequence[Sequence[int]],
+    max_new: int,
+    temperature: float,
+    seed: int,
+    what: str,
+) -> Callable[[Sequence[Drafter]], tuple[Trace, str]]:
+    """A calibration pass for `resolve_method`: a trace of fresh drafters of the given kinds
+    (the draft model shared) over `prompts` (`what` describes them), and its description."""
+
+    def calibrate(parts: Sequence[Drafter]) -> tuple[Trace, str]:
+        fresh = [make_drafter(_kind(d), target.vocab_size, draft, None, temperature)
+                 for d in parts]
+        trace = collect_tokens(target, fresh, prompts, max_new, temperature, seed)
+        return trace, f"a calibration pass on {len(prompts)} {what}"
+
+    return calibrate
+
+
+def _kind(drafter: Drafter) -> str:
+    """The `make_drafter` name of a drafter."""
+    return "draft" if drafter.source.startswith("draft:") else drafter.source

@@ -1,0 +1,114 @@
+"""Layers and helpers shared by the torch models: norms, rotary embeddings, the SwiGLU MLP,
+seeded random initialisation and Hugging Face-layout checkpoint loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import nn
+
+from specscope.errors import InputError
+from specscope.models.spec import ModelSpec
+
+M = TypeVar("M", bound=nn.Module)
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) · weight, computed in at least float32 as Hugging Face does."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(torch.promote_types(x.dtype, torch.float32))
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (t, head_dim) of rotary embeddings at `positions`, halves concatenated."""
+    work = torch.promote_types(dtype, torch.float32)
+    exponents = torch.arange(0, head_dim, 2, device=positions.device, dtype=work) / head_dim
+    freqs = positions.to(work)[:, None] / theta ** exponents[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x (..., t, head_dim) by position; the half-split convention of Llama checkpoints."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: down(silu(gate(x)) · up(x))."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def random_init(
+    cls: type[M],
+    spec: ModelSpec,
+    seed: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    std: float,
+) -> M:
+    """Build `cls(spec)` in `dtype` on `device`: seeded N(0, std²) matrices, 1-D weights 1.
+
+    The model is laid out on the meta device first, so a catalogue-sized model is allocated once.
+    The same seed, dtype and device give the same weights. Models with extra parameter rules
+    (SSM decays) apply them in their own `reset_special_parameters(generator)`.
+    """
+    with torch.device("meta"):
+        model = cls(spec)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    model.tie_weights()
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2:
+                p.normal_(0.0, std, generator=generator)
+            else:
+                p.fill_(1.0)
+        reset = getattr(model, "reset_special_parameters", None)
+        if reset is not None:
+            reset(generator)
+    return model.eval()
+
+
+def load_checkpoint(model: nn.Module, path: str | Path) -> None:
+    """Load Hugging Face-layout safetensors weights (a file, or every one in a folder) into `model`
+    (a specscope torch model: it has `spec` and `embedding_key`).
+
+    A tied LM head is saved once under the embedding's name; it is filled from there.
+    """
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
+    if not files:
+        raise InputError(f"{path}: no .safetensors weights found")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    if model.spec.tie_embeddings and model.embedding_key in state:
+        state.setdefault("lm_head.weight", state[model.embedding_key])
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[-1].strip()
+        raise InputError(f"{path}: weights do not fit model {model.spec.name}: {first}") from None
