@@ -134,11 +134,20 @@ def generate(
     threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
     verify_lossless: Annotated[bool, typer.Option(help="Check the output against "
                                                        "autoregressive greedy.")] = False,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto (cuda when available).")] = (
+        "auto"
+    ),
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+    runtime: Annotated[str | None, typer.Option(help="eager, graph (CUDA graphs) or compile "
+                                                     "(default: graph on cuda, eager on cpu).")
+                       ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Real speculative decoding against autoregressive decoding, in one process."""
     from specscope.executor.generate import generate as run_generate
+    from specscope.executor.runtime import Runtime
 
+    chosen = Runtime.resolve(device, dtype, runtime)
     with _progress("decoding") as bar:
         task = bar.add_task("decoding", total=None)
         result = run_generate(
@@ -146,6 +155,7 @@ def generate(
             budget=budget, tree=tree, ssm_verify=ssm_verify, temperature=temperature, seed=seed,
             rule=rule, verify_lossless=verify_lossless, threads=threads,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
+            runtime=chosen,
         )
     if as_json:
         _emit(result.to_dict(), True, None)
@@ -167,9 +177,19 @@ def collect(
     max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 128,
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto (cuda when available).")] = (
+        "auto"
+    ),
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+    runtime: Annotated[str | None, typer.Option(help="eager, graph (CUDA graphs) or compile "
+                                                     "(default: graph on cuda, eager on cpu).")
+                       ] = None,
 ) -> None:
     """Trace real forward passes: every drafter's candidates given the true prefix."""
     from specscope.executor.collect import collect as run_collect
+    from specscope.executor.runtime import Runtime
+
+    chosen = Runtime.resolve(device, dtype, runtime)
 
     with _progress("collecting") as bar:
         task = bar.add_task("collecting", total=n)
@@ -177,6 +197,7 @@ def collect(
             model, drafters, prompts, n, max_new, output=output, temperature=temperature,
             seed=seed, draft_model=draft_model,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
+            runtime=chosen,
         )
     requests = trace.df.get_column("request_id").n_unique()
     console.print(f"wrote {trace.df.height} rows ({requests} requests) to {output}")

@@ -29,6 +29,7 @@ from specscope.executor.drafters import (
     make_drafter,
     propose_chain,
 )
+from specscope.executor.runtime import Runtime
 from specscope.executor.targets import Model, load_model
 from specscope.executor.verify import next_token, probabilities
 from specscope.trace import SCHEMA, Trace, write_trace
@@ -105,7 +106,7 @@ def _generate(
         d.update(tokens[:-1], prompt_logits)
     token, out, rows = prompt[-1], [], []
     for _ in range(max_new):
-        rows.append(target.decode(token))
+        rows.append(target.decode(token).cpu())
         token = next_token(rows[-1], temperature, generator)
         out.append(token)
     return out, torch.stack(rows)
@@ -186,10 +187,12 @@ def collect(
     seed: int = 0,
     draft_model: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    runtime: Runtime | None = None,
 ) -> Trace:
     """`specscope collect`: trace `model` (zoo name or Hugging Face folder) and the named
     drafters on the first `n` prompts of `prompts` (builtin:NAME or a .jsonl file); written to
-    `output` when given. The draft model defaults to the zoo's drafter."""
+    `output` when given. The draft model defaults to the zoo's drafter. Both models run on
+    `runtime` (default: eager float32 on the CPU), which the trace's metadata records."""
     from specscope.models.zoo.prompts import load_prompts
 
     names = [d.strip() for d in drafters.split(",")] if isinstance(drafters, str) else drafters
@@ -199,14 +202,15 @@ def collect(
                          f"{', '.join(COLLECT_DRAFTERS)}")
     if n < 1:
         raise InputError(f"--n must be ≥ 1, got {n}")
-    target, tokenizer = load_model(model)
+    runtime = runtime or Runtime.cpu()
+    target, tokenizer = load_model(model, runtime=runtime)
     texts = load_prompts(prompts)[:n]
     tokens = [encode(tokenizer, t, prompts) for t in texts]
     draft = None
     if "draft" in names:
-        draft = load_model(draft_model or DEFAULT_DRAFT_MODEL)[0]
+        draft = load_model(draft_model or DEFAULT_DRAFT_MODEL, runtime=runtime)[0]
     built = [make_drafter(n, target.vocab_size, draft, temperature=temperature) for n in names]
-    meta = {"prompt_set": prompts, "requests": len(tokens)}
+    meta = {"prompt_set": prompts, "requests": len(tokens), **runtime.describe()}
     trace = collect_tokens(target, built, tokens, max_new, temperature, seed, K, meta, progress)
     if output is not None:
         write_trace(trace, output)

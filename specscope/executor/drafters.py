@@ -53,6 +53,11 @@ class Drafter:
         self.draft_probs: dict[int, torch.Tensor] = {}
         """The draft distribution q at each expanded node, for sampled drafts only."""
 
+    @property
+    def models(self) -> list[Model]:
+        """The models this drafter runs (to compile or capture before decoding)."""
+        return []
+
     def start(self, prompt: Sequence[int], capacity: int) -> None:
         """A new request begins with `prompt`; `capacity` bounds the tokens it will hold."""
 
@@ -122,6 +127,10 @@ class DraftModelDrafter(Drafter):
         self._tokens = torch.empty(0, dtype=torch.long)
         self._logits = torch.empty(0)
 
+    @property
+    def models(self) -> list[Model]:
+        return [self.model]
+
     def start(self, prompt: Sequence[int], capacity: int) -> None:
         self.model.prefill(torch.tensor(prompt), capacity)
 
@@ -143,6 +152,7 @@ class DraftModelDrafter(Drafter):
                 top = q.topk(min(k, q.numel()))
                 out.append((top.indices.tolist(), top.values.tolist()))
             else:
+                q = q.cpu()  # drawn with a CPU generator, whatever the device
                 kids = draw_children(q, k, self.sample == "with", self.generator)
                 self.draft_probs[v.id] = q
                 out.append((kids, q[kids].tolist()))
@@ -441,9 +451,9 @@ class RecycleDrafter(Drafter):
 
     def update(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
         top = torch.softmax(logits.float(), dim=-1).topk(self.table.shape[1])
-        rows = tokens.numpy()
-        self.table[rows] = top.indices.numpy()
-        self.scores[rows] = top.values.numpy()
+        rows = tokens.cpu().numpy()
+        self.table[rows] = top.indices.cpu().numpy()
+        self.scores[rows] = top.values.cpu().numpy()
 
     def propose(self, nodes: Sequence[DraftNode], k: int) -> list[Proposal]:
         self.register(nodes)
@@ -472,6 +482,10 @@ class GooseDrafter(Drafter):
         self.spine, self.branches = spine, branches
         self.parts = (spine, branches)
         self.source = "goose" if isinstance(spine, NgramDrafter) else f"goose:{spine.source}"
+
+    @property
+    def models(self) -> list[Model]:
+        return self.spine.models + self.branches.models
 
     def start(self, prompt: Sequence[int], capacity: int) -> None:
         for part in self.parts:

@@ -25,6 +25,7 @@ from specscope.executor.methods import (
     resolve_method,
     static_method,
 )
+from specscope.executor.runtime import Runtime
 from specscope.executor.targets import Model, load_model
 from specscope.executor.zoo_acceptance import stored_acceptance
 from specscope.trace import Trace
@@ -50,6 +51,7 @@ def generate(
     verify_lossless: bool = False,
     threads: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    runtime: Runtime | None = None,
 ) -> GenerateResult:
     """`specscope generate`: speculative decoding of `model` (zoo name or Hugging Face folder)
     with the named drafter on the first `n` prompts of `prompts`, against autoregressive
@@ -60,6 +62,7 @@ def generate(
     prompts; dyspec, specdecpp, goose per step).
     `rule` defaults to greedy at temperature 0 and deterministic-candidate sampling above;
     "specinfer" and "sequoia" draw the draft model's children (static trees only).
+    Target and draft model run on `runtime` (default: eager float32 on the CPU).
     """
     from specscope.models.zoo.prompts import load_prompts
 
@@ -70,10 +73,13 @@ def generate(
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     rule = rule or ("greedy" if temperature == 0 else "deterministic")
-    target, tokenizer = load_model(model, ssm_verify)
+    runtime = runtime or Runtime.cpu()
+    target, tokenizer = load_model(model, ssm_verify, runtime)
     texts = load_prompts(prompts)
     tokens = [encode(tokenizer, t, prompts) for t in texts]
-    draft = load_model(draft_model or DEFAULT_DRAFT_MODEL)[0] if drafter == "draft" else None
+    draft = None
+    if drafter == "draft":
+        draft = load_model(draft_model or DEFAULT_DRAFT_MODEL, runtime=runtime)[0]
     sample = {"specinfer": "with", "sequoia": "without"}.get(rule)
     generator = torch.Generator().manual_seed(seed)
     chosen = make_drafter(drafter, target.vocab_size, draft, sample, temperature, generator)

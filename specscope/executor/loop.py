@@ -11,12 +11,12 @@ The loop reads like gpt-fast's generate.py, one plain function per phase:
 - `speculative_generate`: many requests with per-phase timing and the autoregressive baseline
   in the same process (`generate.py` builds the same from names, `specscope generate`).
 
-Times are `time.perf_counter` seconds, with `torch.set_num_threads` set explicitly and recorded.
+Times are seconds of `Runtime.clock` (the device synchronised, then `time.perf_counter`), with
+`torch.set_num_threads` set explicitly and recorded; compile and capture time is kept apart.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -55,7 +55,9 @@ def verify_step(
     draft_probs = None
     if rule in SAMPLED_DRAFT_RULES:
         draft_probs = [drafter.draft_probs.get(i) for i in range(drafted.tree.size)]
-    verdict = verify(rule, drafted.tree, drafted.tokens.tolist(), logits, temperature,
+    # sampling rules draw from a CPU generator, so a run's draws do not depend on the device
+    scores = logits if rule == "greedy" else logits.cpu()
+    verdict = verify(rule, drafted.tree, drafted.tokens.tolist(), scores, temperature,
                      draft_probs, generator)
     return verdict, tokens, logits
 
@@ -88,11 +90,12 @@ class PhaseTimes:
 
 @dataclass
 class RequestRun:
-    """One request's output, seconds spent decoding it (prefill excluded), and per step (for
-    speculative decoding) the accepted drafts and the tree size."""
+    """One request's output, seconds spent decoding it (prefill excluded) and prefilling it,
+    and per step (for speculative decoding) the accepted drafts and the tree size."""
 
     output: list[int] = field(default_factory=list)
     decode_s: float = 0.0
+    prefill_s: float = 0.0
     accepted: list[int] = field(default_factory=list)
     tree_sizes: list[int] = field(default_factory=list)
 
@@ -111,19 +114,21 @@ def decode_speculative(
     """`max_new` tokens after `prompt` by speculative decoding (`times` accumulates phases)."""
     generator = generator or torch.Generator().manual_seed(0)
     times = times if times is not None else PhaseTimes()
-    t0 = time.perf_counter()
+    clock = target.runtime.clock
+    t0 = clock()
     prefill(target, drafter, prompt, len(prompt) + max_new + method.max_size)
     context = list(prompt)
     run = RequestRun()
-    t1 = start = time.perf_counter()
-    times.prefill_s += t1 - t0
+    t1 = start = clock()
+    run.prefill_s = t1 - t0
+    times.prefill_s += run.prefill_s
     while len(run.output) < max_new:
         drafter.begin(context)
         drafted = method.build(drafter, context[-1])
-        t2 = time.perf_counter()
+        t2 = clock()
         verdict, tokens, logits = verify_step(target, drafted, drafter, rule, temperature,
                                               generator)
-        t3 = time.perf_counter()
+        t3 = clock()
         new = commit(target, drafter, verdict, tokens, logits)
         if method.observe is not None:
             method.observe(drafted, verdict)
@@ -131,14 +136,14 @@ def decode_speculative(
         run.output += new
         run.accepted.append(verdict.accepted)
         run.tree_sizes.append(drafted.tree.size)
-        t4 = time.perf_counter()
+        t4 = clock()
         times.draft_s += t2 - t1
         times.verify_s += t3 - t2
         times.bookkeeping_s += t4 - t3
         t1 = t4
     del run.output[max_new:]
     drafter.finish(run.output)
-    run.decode_s = time.perf_counter() - start
+    run.decode_s = clock() - start
     return run
 
 
@@ -151,13 +156,16 @@ def decode_autoregressive(
 ) -> RequestRun:
     """`max_new` tokens after `prompt`, one target forward each (argmax, or a sample)."""
     generator = generator or torch.Generator().manual_seed(0)
+    clock = target.runtime.clock
+    t0 = clock()
     target.prefill(torch.tensor(prompt), len(prompt) + max_new)
-    start = time.perf_counter()
+    start = clock()
     token, out = prompt[-1], []
     for _ in range(max_new):
-        token = next_token(target.decode(token), temperature, generator)
+        logits = target.decode(token)
+        token = next_token(logits if temperature == 0 else logits.cpu(), temperature, generator)
         out.append(token)
-    return RequestRun(out, time.perf_counter() - start)
+    return RequestRun(out, clock() - start, start - t0)
 
 
 # ---- many requests ------------------------------------------------------------------------------
@@ -170,7 +178,9 @@ class GenerateResult:
     runs / reference: per request, the speculative and the autoregressive run (outputs, decode
     seconds, per-step accepted drafts and tree sizes). Times in seconds, prefill excluded from
     both rates. lossless / mismatches: set when checked against autoregressive greedy output
-    (mismatches counts differing positions over all requests).
+    (mismatches counts differing positions over all requests). runtime: device, dtype and
+    runtime of the target (`Runtime.describe`); setup_s: seconds spent compiling or capturing
+    steps before decoding (target and draft model), kept out of every rate.
     """
 
     target: str
@@ -183,6 +193,8 @@ class GenerateResult:
     runs: list[RequestRun]
     reference: list[RequestRun]
     phases: PhaseTimes
+    runtime: dict[str, str] = field(default_factory=dict)
+    setup_s: float = 0.0
     lossless: bool | None = None
     mismatches: int | None = None
 
@@ -261,6 +273,8 @@ class GenerateResult:
             "rule": self.rule,
             "temperature": self.temperature,
             "threads": self.threads,
+            **self.runtime,
+            "setup_s": self.setup_s,
             "requests": self.requests,
             "new_tokens": self.new_tokens,
             "steps": self.steps,
@@ -306,6 +320,9 @@ def speculative_generate(
         raise InputError("every prompt must hold at least 2 tokens")
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)
+    models = [target, *drafter.models]
+    for model in models:
+        model.prepare(method.max_size)
 
     reference, runs, times = [], [], PhaseTimes()
     for i, prompt in enumerate(prompts):
@@ -333,6 +350,8 @@ def speculative_generate(
         runs=runs,
         reference=reference,
         phases=times,
+        runtime=target.runtime.describe(),
+        setup_s=sum(model.setup_s for model in models),
         lossless=None if mismatches is None else mismatches == 0,
         mismatches=mismatches,
     )

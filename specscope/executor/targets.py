@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from specscope.errors import InputError
+from specscope.executor.runtime import Runtime, StepRunner, bucket
 from specscope.models.torch import Mamba2, SSMState, Transformer
 from specscope.tree import Tree
 
@@ -38,6 +39,15 @@ class Model(Protocol):
     vocab_size: int
     committed: int
     """Tokens the model has processed into its cache or state (the root excluded)."""
+    runtime: Runtime
+    """Device, dtype and runtime its steps run under (token tensors may come from the CPU;
+    logits are returned on the device)."""
+    setup_s: float
+    """Seconds spent compiling or capturing steps so far (0 under eager)."""
+
+    def prepare(self, max_tree: int) -> None:
+        """Compile or capture the steps of trees up to `max_tree` nodes, before a sequence."""
+        ...
 
     def prefill(self, prompt: torch.Tensor, capacity: int) -> torch.Tensor:
         """Start a sequence: process all but the last prompt token (prompt (t,), t ≥ 2) and
@@ -59,44 +69,109 @@ class Model(Protocol):
 
 
 class CachedModel:
-    """A KV-cached model: `Transformer`, or `HFCausalLM` (same methods)."""
+    """A KV-cached model: `Transformer`, or `HFCausalLM` (same methods, eager only).
 
-    def __init__(self, model: Transformer | HFCausalLM, name: str, vocab_size: int) -> None:
+    Under `eager` a tree is verified with exact shapes (`forward_tree`). Under `graph` or
+    `compile` every step, a single decoded token included, goes through the Transformer's static
+    `step` padded to a bucket: padded nodes attend to themselves only and write their keys and
+    values to one scratch slot past the sequence's capacity, so the cache is allocated once (at
+    the spec's `max_seq_len`) and a captured graph never sees its buffers move.
+    """
+
+    def __init__(self, model: Transformer | HFCausalLM, name: str, vocab_size: int,
+                 runtime: Runtime | None = None, padded: bool | None = None) -> None:
+        """`padded` (default: unless eager) runs the padded static step even under eager, which
+        is how tests check that padding changes nothing."""
         self.model, self.name, self.vocab_size = model, name, vocab_size
+        self.runtime = runtime or Runtime.cpu()
         self.committed = 0
         """Tokens whose keys and values sit in consecutive slots 0..committed−1."""
+        self._step: StepRunner | None = None
+        if padded if padded is not None else self.runtime.kind != "eager":
+            if not isinstance(model, Transformer):
+                raise InputError(f"--runtime {self.runtime.kind} runs specscope's own models; "
+                                 f"{name} is a Hugging Face model and runs eager")
+            model.setup_caches(1, model.spec.max_seq_len + 1)
+            self._step = StepRunner(model.step, self.runtime)
+
+    @property
+    def setup_s(self) -> float:
+        """Seconds spent compiling or capturing steps so far."""
+        return 0.0 if self._step is None else self._step.setup_s
 
     def prefill(self, prompt: torch.Tensor, capacity: int) -> torch.Tensor:
-        if isinstance(self.model, Transformer) and self.model.max_seq_len < capacity:
-            self.model.setup_caches(1, capacity)
+        if isinstance(self.model, Transformer):
+            room = self.model.max_seq_len - (self._step is not None)
+            if self._step is not None and capacity > room:
+                raise InputError(f"{self.name}: {capacity} tokens exceed the {room}-token cache "
+                                 f"of --runtime {self.runtime.kind}")
+            if room < capacity:
+                self.model.setup_caches(1, capacity)
         self.committed = prompt.numel() - 1
-        return self.model.prefill(prompt[None, :-1])[0]
+        return self.model.prefill(prompt[None, :-1].to(self.runtime.device))[0]
 
     def verify(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
-        return self.model.forward_tree(tokens, tree, self.committed)
+        if self._step is None:
+            return self.model.forward_tree(tokens.to(self.runtime.device), tree, self.committed)
+        n = tree.size
+        size = bucket(n)
+        index = torch.arange(size)
+        positions = torch.full((size,), self.committed)
+        positions[:n] += torch.as_tensor(tree.depths)
+        slots = torch.full((size,), self.model.max_seq_len - 1)
+        slots[:n] = self.committed + index[:n]
+        block = torch.eye(size, dtype=torch.bool)
+        block[:n, :n] = torch.as_tensor(tree.ancestor_mask)
+        padded = torch.zeros(size, dtype=torch.long)
+        padded[:n] = tokens
+        device = self.runtime.device
+        logits = self._step(padded[None].to(device), positions.to(device), slots.to(device),
+                            torch.tensor(self.committed, device=device), block.to(device))
+        return logits[0, :n]
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
         self.model.compact(self.committed, path)
         self.committed += len(path)
 
     def decode(self, token: int) -> torch.Tensor:
-        pos = torch.tensor([self.committed])
-        logits = self.model(torch.tensor([[token]]), pos)[0, 0]
+        if self._step is not None:
+            logits = self.verify(torch.tensor([token]), Tree.root())[0]
+        else:
+            device = self.runtime.device
+            pos = torch.tensor([self.committed], device=device)
+            logits = self.model(torch.tensor([[token]], device=device), pos)[0, 0]
         self.committed += 1
         return logits
+
+    def prepare(self, max_tree: int) -> None:
+        """Compile or capture every bucket up to `max_tree` nodes now, so that decoding times
+        exclude it (`setup_s` says how long it took)."""
+        if self._step is None:
+            return
+        committed = self.committed
+        for size in sorted({bucket(n) for n in range(1, max_tree + 1)}):
+            self.committed = 0
+            self.verify(torch.zeros(size, dtype=torch.long), Tree.chain(size - 1))
+        self.committed = committed
 
 
 class SSMModel:
     """A `Mamba2` target whose committed prefix is a recurrent state."""
 
-    def __init__(self, model: Mamba2, name: str, ssm_verify: str = "stree") -> None:
+    def __init__(self, model: Mamba2, name: str, ssm_verify: str = "stree",
+                 runtime: Runtime | None = None) -> None:
         if ssm_verify not in SSM_VERIFIERS:
             raise InputError(f"--ssm-verify must be one of {', '.join(SSM_VERIFIERS)}, "
                              f"got {ssm_verify!r}")
         self.model, self.name, self.vocab_size = model, name, model.spec.vocab_size
         self.ssm_verify = ssm_verify
+        self.runtime = runtime or Runtime.cpu()
+        self.setup_s = 0.0
         self.state: SSMState = model.new_state()
         self.committed = 0
+
+    def prepare(self, max_tree: int) -> None:
+        """Nothing to compile or capture yet: SSM steps run eager."""
 
     def prefill(self, prompt: torch.Tensor, capacity: int) -> torch.Tensor:
         logits, self.state = self.model.prefill(prompt[None, :-1])
@@ -120,33 +195,36 @@ class SSMModel:
 
 
 def wrap(model: Transformer | Mamba2 | HFCausalLM, name: str | None = None,
-         ssm_verify: str = "stree") -> Model:
-    """The executor's view of a loaded model: `SSMModel` for `Mamba2`, else `CachedModel`."""
+         ssm_verify: str = "stree", runtime: Runtime | None = None) -> Model:
+    """The executor's view of a loaded model (already on `runtime`'s device and dtype):
+    `SSMModel` for `Mamba2`, else `CachedModel`."""
     if isinstance(model, Mamba2):
-        return SSMModel(model, name or model.spec.name, ssm_verify)
+        return SSMModel(model, name or model.spec.name, ssm_verify, runtime)
     if isinstance(model, Transformer):
-        return CachedModel(model, name or model.spec.name, model.spec.vocab_size)
+        return CachedModel(model, name or model.spec.name, model.spec.vocab_size, runtime)
     config = model.model.config  # HFCausalLM
-    return CachedModel(model, name or str(config.name_or_path), int(config.vocab_size))
+    return CachedModel(model, name or str(config.name_or_path), int(config.vocab_size), runtime)
 
 
 def load_model(
-    name_or_path: str, ssm_verify: str = "stree", dtype: torch.dtype = torch.float32
+    name_or_path: str, ssm_verify: str = "stree", runtime: Runtime | None = None
 ) -> tuple[Model, object | None]:
-    """(model, tokenizer) for a zoo model name or a local Hugging Face folder.
+    """(model, tokenizer) for a zoo model name or a local Hugging Face folder, its weights on
+    `runtime`'s device in its dtype (default: float32, eager, CPU).
 
     The tokenizer is the zoo's, or the folder's `AutoTokenizer` when it has one (else None).
     """
+    runtime = runtime or Runtime.cpu()
     path = Path(name_or_path)
     if path.is_dir():
         from specscope.models.torch.hf import HFCausalLM
 
-        model = wrap(HFCausalLM(path, dtype=dtype), path.name)
-        return model, _folder_tokenizer(path)
+        module = HFCausalLM(path, dtype=runtime.dtype, device=runtime.device)
+        return wrap(module, path.name, runtime=runtime), _folder_tokenizer(path)
     from specscope.models.zoo import load_zoo_model
 
-    module, tokenizer = load_zoo_model(name_or_path, dtype=dtype)
-    return wrap(module, name_or_path, ssm_verify), tokenizer
+    module, tokenizer = load_zoo_model(name_or_path, dtype=runtime.dtype)
+    return wrap(module.to(runtime.device), name_or_path, ssm_verify, runtime), tokenizer
 
 
 def _folder_tokenizer(path: Path) -> object | None:

@@ -1,0 +1,162 @@
+"""Where and how a model's steps run: the device, the dtype, and the runtime.
+
+The runtime is what turns a step into kernels, and on a GPU it moves a step's cost by up to 10×:
+
+- `eager`: each operator launched from Python as the model calls it (Hugging Face eager and most
+  research code run this way). The reference path: exact shapes, no padding.
+- `graph`: the step captured once as a CUDA graph per padded tree size, then replayed with its
+  inputs copied into static buffers (CUDA-graph engines: vLLM, SGLang, TensorRT-LLM's runtime).
+  CUDA only.
+- `compile`: the same static step through `torch.compile` (inductor: fused Triton kernels on a GPU,
+  then captured as a CUDA graph as gpt-fast does; generated C++ on a CPU, where a tiny model's step
+  is otherwise dominated by per-operator overhead).
+
+Tree sizes are padded to buckets (powers of two) so each bucket is captured or compiled once;
+padded nodes attend only to themselves, their logits are dropped, and they are never accepted.
+`StepRunner` holds the captured or compiled versions and the seconds spent making them, which
+runs report apart from decoding time. `Runtime.clock` is the one timing helper: it waits for the
+device to finish queued work, then reads `time.perf_counter`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from specscope.errors import InputError
+
+RUNTIMES = ("eager", "graph", "compile")
+"""Runtimes a step can run under (see the module docstring)."""
+DEVICES = ("cpu", "cuda", "auto")
+"""`--device` choices; auto is cuda when a GPU is visible, else cpu."""
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""`--dtype` choices: the dtype of weights, caches and activations."""
+WARMUP_CALLS = 2
+"""Eager calls on a side stream before a CUDA graph is captured (allocator and cuBLAS warm-up)."""
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A device, a dtype and a runtime kind, checked together (see `resolve`)."""
+
+    device: torch.device
+    dtype: torch.dtype
+    kind: str = "eager"
+
+    @classmethod
+    def resolve(cls, device: str = "auto", dtype: str = "float32",
+                runtime: str | None = None) -> Runtime:
+        """Check and combine `--device`, `--dtype` and `--runtime` (default: graph on CUDA,
+        eager on CPU); raises `InputError` with one line for a combination that cannot run."""
+        if device not in DEVICES:
+            raise InputError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+        if dtype not in DTYPES:
+            raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if runtime is not None and runtime not in RUNTIMES:
+            raise InputError(f"--runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+        cuda = torch.cuda.is_available()
+        if device == "cuda" and not cuda:
+            raise InputError("--device cuda: no CUDA GPU is visible to torch on this machine")
+        chosen = "cuda" if device == "auto" and cuda else ("cpu" if device == "auto" else device)
+        kind = runtime or ("graph" if chosen == "cuda" else "eager")
+        if kind == "graph" and chosen != "cuda":
+            raise InputError("--runtime graph captures CUDA graphs and needs --device cuda; "
+                             "on cpu use eager or compile")
+        return cls(torch.device(chosen), DTYPES[dtype], kind)
+
+    @classmethod
+    def cpu(cls, dtype: torch.dtype = torch.float32) -> Runtime:
+        """Eager on the CPU: what the executor does when nothing is asked for."""
+        return cls(torch.device("cpu"), dtype, "eager")
+
+    @property
+    def dtype_name(self) -> str:
+        """The dtype as `--dtype` spells it."""
+        return next(name for name, d in DTYPES.items() if d == self.dtype)
+
+    def describe(self) -> dict[str, str]:
+        """Device (with the GPU's name), dtype and runtime, for result files."""
+        device = str(self.device)
+        if self.device.type == "cuda":
+            device = f"{device} ({torch.cuda.get_device_name(self.device)})"
+        return {"device": device, "dtype": self.dtype_name, "runtime": self.kind}
+
+    def sync(self) -> None:
+        """Wait until the device has finished the work queued so far."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def clock(self) -> float:
+        """Seconds (`time.perf_counter`) after the device has finished its queued work."""
+        self.sync()
+        return time.perf_counter()
+
+
+def bucket(n: int) -> int:
+    """The padded size of an n-token step: the next power of two ≥ n."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+class StepRunner:
+    """Runs a static-shape step function `fn(*tensors) -> tensor(s)` under a runtime.
+
+    One compiled or captured version per input signature (shapes and dtypes), made on first use
+    or by `prepare`; `setup_s` sums the seconds spent making them. Under `graph` (and `compile` on
+    CUDA) inputs are copied into the captured graph's static buffers and its outputs are cloned,
+    so a caller may keep them across calls.
+    """
+
+    def __init__(self, fn: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
+                 runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.setup_s = 0.0
+        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, tuple, object]] = {}
+        self._seen: set[tuple] = set()
+        if runtime.kind == "compile":
+            mode = "max-autotune-no-cudagraphs" if runtime.device.type == "cuda" else None
+            self.fn = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)
+        else:
+            self.fn = fn
+
+    @property
+    def captures(self) -> bool:
+        """Whether calls replay CUDA graphs."""
+        return self.runtime.device.type == "cuda" and self.runtime.kind in ("graph", "compile")
+
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        key = tuple((tuple(x.shape), x.dtype) for x in inputs)
+        if not self.captures:
+            if key in self._seen or self.runtime.kind == "eager":
+                return self.fn(*inputs)
+            start = self.runtime.clock()
+            out = self.fn(*inputs)  # the first call of a new signature compiles it
+            self.setup_s += self.runtime.clock() - start
+            self._seen.add(key)
+            return out
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(inputs)
+        graph, static_in, static_out = self._graphs[key]
+        for buffer, x in zip(static_in, inputs, strict=True):
+            buffer.copy_(x, non_blocking=True)
+        graph.replay()
+        if isinstance(static_out, torch.Tensor):
+            return static_out.clone()
+        return tuple(t.clone() for t in static_out)
+
+    def _capture(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
+        start = self.runtime.clock()
+        static_in = tuple(x.clone() for x in inputs)
+        stream = torch.cuda.Stream(self.runtime.device)
+        stream.wait_stream(torch.cuda.current_stream(self.runtime.device))
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_CALLS):
+                self.fn(*static_in)
+        torch.cuda.current_stream(self.runtime.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = self.fn(*static_in)
+        self.setup_s += self.runtime.clock() - start
+        return graph, static_in, static_out
