@@ -1,11 +1,14 @@
 """Real speculative decoding on this CPU: every drafter × method against autoregressive decoding,
 the target's verification-cost curve, and STree against naive SSM tree verification.
 
-Run: .venv/bin/python benchmarks/executor.py [--n 8] [--max-new 64] [--budgets 8,16]
-     [--threads 1] [--repeats 3]
+Run: .venv/bin/python benchmarks/executor.py [--target tiny-code] [--runtime eager]
+     [--drafters draft,ngram,...] [--methods sequoia,...] [--n 8] [--max-new 64]
+     [--budgets 8,16] [--threads 1] [--repeats 3] [--no-ssm-table]
 
-Models: the zoo's `tiny-code` target with `tiny-code-draft` (the draft-model rows are skipped
-while its weights are missing) and `tiny-ssm` (a random model of its spec while its weights are
+Models: a zoo target (`tiny-code`, `tiny-ssm` or `tiny-hybrid`) with `tiny-code-draft` (the
+draft-model rows are skipped while its weights are missing), run under --runtime (eager, or
+compile: torch.compile of the padded static steps, compile time excluded and printed); and
+`tiny-ssm` for the STree-against-naive table (a random model of its spec while its weights are
 missing: verification time does not depend on the weights). Prompts: the first --n of
 `builtin:stdlib-code` and `builtin:code-edit`; static trees and SpecDec++ / Goose parameters come
 from a calibration pass on the next 4 prompts of the same set. Every row decodes each prompt
@@ -36,7 +39,8 @@ from specscope.executor.drafters import DRAFTERS, make_drafter
 from specscope.executor.generate import calibration, with_branches
 from specscope.executor.loop import GenerateResult, PhaseTimes, speculative_generate
 from specscope.executor.methods import resolve_method
-from specscope.executor.targets import Model, wrap
+from specscope.executor.runtime import Runtime
+from specscope.executor.targets import Model, load_model
 from specscope.models.torch import Mamba2
 from specscope.models.zoo import load_zoo_model, weights_path, zoo_specs
 from specscope.models.zoo.prompts import load_prompts
@@ -106,10 +110,10 @@ def decoding_table(target: Model, draft: Model | None, tokenizer, prompt_set: st
         return traces[key]
 
     rows = []
-    for name in DRAFTERS:
+    for name in args.drafters.split(","):
         if name == "draft" and draft is None:
             continue
-        for algo in METHODS:
+        for algo in args.methods.split(","):
             results = []
             for _ in range(args.repeats):
                 drafter = make_drafter(name, target.vocab_size, draft)
@@ -120,9 +124,9 @@ def decoding_table(target: Model, draft: Model | None, tokenizer, prompt_set: st
                                                     args.max_new, verify_lossless=True,
                                                     threads=args.threads))
             rows.append(Row(name, algo, budget, results[0], *best_of(results)))
-    table = Table(title=f"{prompt_set}: {args.n} prompts × {args.max_new} new tokens, greedy, "
-                        f"budget {budget}, {args.threads} thread(s), best of "
-                        f"{args.repeats} per request")
+    table = Table(title=f"{args.target} on {prompt_set}: {args.n} prompts × {args.max_new} new "
+                        f"tokens, greedy, budget {budget}, {args.runtime}, {args.threads} "
+                        f"thread(s), best of {args.repeats} per request")
     for col in ("drafter", "method", "tree n", "accepted/step", "tok/s", "AR tok/s", "ratio",
                 "draft ms/step", "verify ms/step", "other ms/step", "lossless"):
         table.add_column(col, justify="left" if col in ("drafter", "method") else "right",
@@ -150,7 +154,8 @@ def cost_curve(target: Model) -> dict[int, float]:
         tree = Tree.chain(n - 1)
         curve[n] = fastest_ms(lambda tree=tree, n=n: target.verify(context[:n], tree))
     decode = fastest_ms(lambda: (target.decode(5), setattr(target, "committed", 200)))
-    table = Table(title="tiny-code: one target pass over n tree tokens (200-token context)")
+    table = Table(title=f"{target.name}: one target pass over n tree tokens (200-token context, "
+                        f"{target.runtime.kind})")
     for col in ("n", "ms", "t(n)/t(1)", "tokens/step to break even"):
         table.add_column(col, justify="right")
     for n, ms in curve.items():
@@ -199,13 +204,18 @@ def main() -> None:
                         help="tree sizes, root included, comma-separated")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of every row")
+    parser.add_argument("--target", default="tiny-code", help="zoo target")
+    parser.add_argument("--runtime", default="eager", help="eager or compile")
+    parser.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
+    parser.add_argument("--no-ssm-table", action="store_true", help="skip STree vs naive")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     console.print(f"torch {torch.__version__}, {args.threads} thread(s)")
-    module, tokenizer = load_zoo_model("tiny-code")
-    target = wrap(module, "tiny-code")
+    runtime = Runtime.resolve("cpu", "float32", args.runtime)
+    target, tokenizer = load_model(args.target, runtime=runtime)
     try:
-        draft = wrap(load_zoo_model("tiny-code-draft")[0], "tiny-code-draft")
+        draft = load_model("tiny-code-draft", runtime=runtime)[0]
     except InputError as exc:
         console.print(f"[yellow]draft-model rows skipped: {exc}[/yellow]")
         draft = None
@@ -213,6 +223,9 @@ def main() -> None:
     rows = {s: [row for b in budgets for row in decoding_table(target, draft, tokenizer, s, b,
                                                                args)]
             for s in PROMPT_SETS}
+    setup = sum(m.setup_s for m in (target, draft) if m is not None)
+    if setup:
+        console.print(f"compiling the steps took {setup:.1f} s (excluded from every rate)")
     curve = cost_curve(target)
     edit = max(rows[PROMPT_SETS[1]], key=lambda row: row.speedup)
     r = edit.result
@@ -234,7 +247,8 @@ def main() -> None:
             f"{max(row.result.tokens_per_step for row in rows[PROMPT_SETS[1]]):.2f} tokens/step "
             "on code-edit."
         )
-    ssm_table()
+    if not args.no_ssm_table:
+        ssm_table()
 
 
 if __name__ == "__main__":

@@ -36,6 +36,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 """`--dtype` choices: the dtype of weights, caches and activations."""
 WARMUP_CALLS = 2
 """Eager calls on a side stream before a CUDA graph is captured (allocator and cuBLAS warm-up)."""
+CPU_OPTIONS = {"freezing": True, "cpp_wrapper": True}
+"""Inductor on a CPU: weights folded as constants (oneDNN prepacks them for small-batch GEMMs) and a
+C++ wrapper instead of Python between kernels. Measured on tiny-code (2-core EPYC, 1 thread): one
+token 3.3 ms eager, 3.1 ms compiled with defaults, 1.8 ms with these; its draft 0.64 → 0.13 ms."""
 
 
 @dataclass(frozen=True)
@@ -115,9 +119,11 @@ class StepRunner:
         self.setup_s = 0.0
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, tuple, object]] = {}
         self._seen: set[tuple] = set()
-        if runtime.kind == "compile":
-            mode = "max-autotune-no-cudagraphs" if runtime.device.type == "cuda" else None
-            self.fn = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)
+        if runtime.kind == "compile" and runtime.device.type == "cuda":
+            self.fn = torch.compile(fn, fullgraph=True, dynamic=False,
+                                    mode="max-autotune-no-cudagraphs")
+        elif runtime.kind == "compile":
+            self.fn = torch.compile(fn, fullgraph=True, dynamic=False, options=CPU_OPTIONS)
         else:
             self.fn = fn
 

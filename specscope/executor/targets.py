@@ -22,7 +22,8 @@ import torch
 
 from specscope.errors import InputError
 from specscope.executor.runtime import Runtime, StepRunner, bucket
-from specscope.models.torch import Mamba2, SSMState, Transformer
+from specscope.models.hf_config import llama_spec
+from specscope.models.torch import Mamba2, SSMState, Transformer, load_checkpoint
 from specscope.tree import Tree
 
 if TYPE_CHECKING:
@@ -210,13 +211,20 @@ def load_model(
     name_or_path: str, ssm_verify: str = "stree", runtime: Runtime | None = None
 ) -> tuple[Model, object | None]:
     """(model, tokenizer) for a zoo model name or a local Hugging Face folder, its weights on
-    `runtime`'s device in its dtype (default: float32, eager, CPU).
+    `runtime`'s device in its dtype (default: float32, eager, CPU). A Llama folder that
+    specscope's `Transformer` reproduces exactly (`llama_spec`) loads into it; other folders go
+    through the Hugging Face adapter (eager only).
 
     The tokenizer is the zoo's, or the folder's `AutoTokenizer` when it has one (else None).
     """
     runtime = runtime or Runtime.cpu()
     path = Path(name_or_path)
     if path.is_dir():
+        spec = llama_spec(path)
+        if spec is not None:  # runs as specscope's own Transformer, under every runtime
+            module = Transformer.random(spec, dtype=runtime.dtype, device=runtime.device)
+            load_checkpoint(module, path)
+            return wrap(module, path.name, runtime=runtime), _folder_tokenizer(path)
         from specscope.models.torch.hf import HFCausalLM
 
         module = HFCausalLM(path, dtype=runtime.dtype, device=runtime.device)
