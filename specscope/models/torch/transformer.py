@@ -217,6 +217,29 @@ class Transformer(nn.Module):
             cache.k.index_copy_(2, dst, cache.k.index_select(2, src))
             cache.v.index_copy_(2, dst, cache.v.index_select(2, src))
 
+    @torch.no_grad()
+    def step(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        prefix_len: torch.Tensor,
+        block_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Logits (b, t, vocab) of t new tokens in static shapes, for CUDA graphs and compiling.
+
+        tokens (b, t) at `positions` (t,) are written to cache `slots` (t,); each attends to the
+        committed slots below `prefix_len` (a 0-d tensor) and to the new tokens that `block_mask`
+        (t, t) allows. No value is read on the host, so one capture serves every context length.
+        """
+        cache = torch.arange(self.max_seq_len, device=tokens.device)
+        allowed = (cache < prefix_len).expand(slots.numel(), -1).clone()
+        allowed[:, slots] |= block_mask
+        dtype = self.lm_head.weight.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device)
+        return self._run(tokens, positions, slots, mask.masked_fill_(~allowed, float("-inf"))[
+            None, None])
+
     def _run(
         self,
         tokens: torch.Tensor,
