@@ -182,8 +182,8 @@ def ssm_table() -> None:
     for n in SSM_TREE_SIZES:
         tree = best_first_tree(SHAPE, n, 12)
         tokens = torch.randint(0, spec.vocab_size, (n,), generator=torch.Generator().manual_seed(n))
-        stree = model.verify_tree_stree(tokens, tree, state)
-        naive = model.verify_tree_naive(tokens, tree, state)
+        stree = model.verify_tree_stree(tokens, tree, state)[0]
+        naive = model.verify_tree_naive(tokens, tree, state)[0]
         if not torch.allclose(stree, naive, atol=1e-3, rtol=1e-3):
             raise AssertionError(f"STree and naive logits differ at n = {n}")
         t_stree = fastest_ms(lambda tree=tree, tokens=tokens: model.verify_tree_stree(

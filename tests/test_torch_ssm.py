@@ -112,8 +112,8 @@ def test_tree_verifiers_equal_sequential_decoding_of_each_path(
     _, state = model.prefill(torch.as_tensor(rng.integers(0, spec.vocab_size, (1, 6))))
     tokens = torch.as_tensor(rng.integers(0, spec.vocab_size, n))
 
-    stree = model.verify_tree_stree(tokens, tree, state)
-    naive = model.verify_tree_naive(tokens, tree, state)
+    stree, _ = model.verify_tree_stree(tokens, tree, state)
+    naive, _ = model.verify_tree_naive(tokens, tree, state)
 
     assert stree.shape == naive.shape == (n, spec.vocab_size)
     torch.testing.assert_close(stree, naive, atol=atol, rtol=0)
@@ -130,11 +130,29 @@ def test_advance_equals_stepping_through_the_accepted_path() -> None:
     before = SSMState(state.conv.clone(), state.ssm.clone())
 
     model.verify_tree_stree(tokens, tree, state)
+    model.verify_tree_naive(tokens, tree, state)
     for node in (0, 2, 9, 12):  # paths shorter and longer than the conv window
         path = tokens[tree.path(node)]
         expected = steps(model, path[None], state)[1]
         assert_states_close(model.advance(state, path), expected, atol=1e-10)
     assert_states_close(state, before, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_committing_from_the_verification_record_equals_replaying_the_path(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(8, 20))
+    tree = Tree.from_parents([-1] + [int(rng.integers(max(0, i - 3), i)) for i in range(1, n)])
+    model = tiny_model(WITH_MLP if seed % 2 else SPEC, seed)
+    _, state = model.prefill(torch.as_tensor(rng.integers(0, SPEC.vocab_size, (1, 2 + seed))))
+    tokens = torch.as_tensor(rng.integers(0, SPEC.vocab_size, n))
+    records = [model.verify_tree_stree(tokens, tree, state)[1],
+               model.verify_tree_naive(tokens, tree, state)[1]]
+    for node in range(n):  # root-only paths, paths shorter and longer than the conv window
+        path = tree.path(node)
+        replayed = model.advance(state, tokens[path])
+        for record in records:
+            assert_states_close(record.state(path), replayed, atol=1e-10)
 
 
 def test_random_init_is_seeded_and_refuses_other_archs() -> None:

@@ -36,6 +36,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 """`--dtype` choices: the dtype of weights, caches and activations."""
 WARMUP_CALLS = 2
 """Eager calls on a side stream before a CUDA graph is captured (allocator and cuBLAS warm-up)."""
+RECOMPILE_LIMIT = 64
+"""Compiled versions dynamo may keep of one step function (models × buckets)."""
 CPU_OPTIONS = {"freezing": True, "cpp_wrapper": True}
 """Inductor on a CPU: weights folded as constants (oneDNN prepacks them for small-batch GEMMs) and a
 C++ wrapper instead of Python between kernels. Measured on tiny-code (2-core EPYC, 1 thread): one
@@ -119,6 +121,11 @@ class StepRunner:
         self.setup_s = 0.0
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, tuple, object]] = {}
         self._seen: set[tuple] = set()
+        if runtime.kind == "compile":
+            # dynamo keeps its compiled versions per code object: a target and a draft model
+            # share `Transformer.step`, each with a version per bucket
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit,
+                                                        RECOMPILE_LIMIT)
         if runtime.kind == "compile" and runtime.device.type == "cuda":
             self.fn = torch.compile(fn, fullgraph=True, dynamic=False,
                                     mode="max-autotune-no-cudagraphs")

@@ -8,8 +8,9 @@ the last committed token s_{L−1} is the root of the next tree and is processed
   nodes go to cache slots after the committed ones; `commit` compacts the accepted path into
   consecutive slots.
 - `SSMModel` wraps `Mamba2`: the committed prefix is a recurrent state; trees are verified by
-  STree's tree-masked pass or by unrolling every root-to-leaf path ("naive"); `commit` replays the
-  accepted path from the state (activation replay).
+  STree's tree-masked pass or by unrolling every root-to-leaf path ("naive"); `commit` takes the
+  state after the accepted path from what the verification computed (`TreeRecord`), without
+  running the model again.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 import torch
 
 from specscope.errors import InputError
 from specscope.executor.runtime import Runtime, StepRunner, bucket
 from specscope.models.hf_config import llama_spec
 from specscope.models.torch import Mamba2, SSMState, Transformer, load_checkpoint
+from specscope.models.torch.ssm import TreeRecord
 from specscope.tree import Tree
 
 if TYPE_CHECKING:
@@ -118,11 +121,11 @@ class CachedModel:
         size = bucket(n)
         index = torch.arange(size)
         positions = torch.full((size,), self.committed)
-        positions[:n] += torch.as_tensor(tree.depths)
+        positions[:n] += torch.from_numpy(tree.depths.astype(np.int64))
         slots = torch.full((size,), self.model.max_seq_len - 1)
         slots[:n] = self.committed + index[:n]
         block = torch.eye(size, dtype=torch.bool)
-        block[:n, :n] = torch.as_tensor(tree.ancestor_mask)
+        block[:n, :n] = torch.from_numpy(tree.ancestor_mask)
         padded = torch.zeros(size, dtype=torch.long)
         padded[:n] = tokens
         device = self.runtime.device
@@ -170,27 +173,34 @@ class SSMModel:
         self.setup_s = 0.0
         self.state: SSMState = model.new_state()
         self.committed = 0
+        self._record: TreeRecord | None = None
 
     def prepare(self, max_tree: int) -> None:
         """Nothing to compile or capture yet: SSM steps run eager."""
 
     def prefill(self, prompt: torch.Tensor, capacity: int) -> torch.Tensor:
-        logits, self.state = self.model.prefill(prompt[None, :-1])
+        logits, self.state = self.model.prefill(prompt[None, :-1].to(self.runtime.device))
         self.committed = prompt.numel() - 1
+        self._record = None
         return logits[0]
 
     def verify(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
+        tokens = tokens.to(self.runtime.device)
         if self.ssm_verify == "stree":
-            return self.model.verify_tree_stree(tokens, tree, self.state)
-        return self.model.verify_tree_naive(tokens, tree, self.state)
+            logits, self._record = self.model.verify_tree_stree(tokens, tree, self.state)
+        else:
+            logits, self._record = self.model.verify_tree_naive(tokens, tree, self.state)
+        return logits
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
+        """The state after the accepted path, from what the verification computed (no replay)."""
         if path:
-            self.state = self.model.advance(self.state, tokens[list(path)])
+            self.state = self._record.state(path)
             self.committed += len(path)
 
     def decode(self, token: int) -> torch.Tensor:
-        logits, self.state = self.model.step(torch.tensor([token]), self.state)
+        logits, self.state = self.model.step(torch.tensor([token], device=self.runtime.device),
+                                             self.state)
         self.committed += 1
         return logits[0]
 

@@ -5,7 +5,8 @@ that using the first two does not load transformers).
 `Transformer` and `HFCausalLM` share the executor's interface: `prefill(tokens)`,
 `forward(tokens, input_pos)`, `forward_tree(tokens, tree, committed_len)` and
 `compact(committed_len, accepted_nodes)`. `Mamba2` verifies trees from a recurrent state instead:
-`verify_tree_naive`, `verify_tree_stree`, then `advance`.
+`verify_tree_naive` or `verify_tree_stree`, then the state after the accepted path from their
+`TreeRecord` (or `advance`, which replays it).
 """
 
 from specscope.models.torch.layers import load_checkpoint

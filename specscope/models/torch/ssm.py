@@ -19,6 +19,7 @@ root; the root is the first token the verifiers process.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,46 @@ class SSMState:
     ssm: torch.Tensor
 
 
+LayerRecord = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""What one mixer's masked pass computed per token: cumulative log decay L (b, n, H), Δ (b, n, H),
+x (b, n, H, P), B (b, n, H, N) and the conv inputs [committed | new] (b, conv_dim, K − 1 + n)."""
+
+
+@dataclass(frozen=True)
+class TreeRecord:
+    """A verification pass's per-token quantities, stacked over layers (see `LayerRecord`), from
+    which the state after any verified token follows without running the model again:
+
+    h_a = e^{L_a}·h0 + Σ_{j ∈ path(a)} e^{L_a − L_j}·Δ_j·x_j ⊗ B_j,
+
+    and the conv state is the last K − 1 conv inputs of a's window. `locate(path)` gives the batch
+    row and the token columns that hold a path (root first) in this pass.
+    """
+
+    log_decay: torch.Tensor
+    dt: torch.Tensor
+    x: torch.Tensor
+    b: torch.Tensor
+    inputs: torch.Tensor
+    conv_index: torch.Tensor
+    h0: torch.Tensor
+    """The SSM state the pass started from, (layers, rows, H, P, N)."""
+    locate: Callable[[Sequence[int]], tuple[int, list[int]]]
+
+    def state(self, path: Sequence[int]) -> SSMState:
+        """The state (batch 1) after the tokens of `path` (root first), from this record."""
+        row, cols = self.locate(path)
+        at = torch.tensor(cols, device=self.x.device)
+        log_decay = self.log_decay[:, row, at]  # (layers, k, H)
+        last = log_decay[:, -1]
+        weights = (last[:, None] - log_decay).exp() * self.dt[:, row, at]
+        h = last.exp()[..., None, None] * self.h0[:, row]
+        h = h + torch.einsum("lkh,lkhp,lkhn->lhpn", weights, self.x[:, row, at],
+                             self.b[:, row, at])
+        conv = self.inputs[:, row][:, :, self.conv_index[cols[-1], 1:]]
+        return SSMState(conv[:, None], h[:, None])
+
+
 @dataclass(frozen=True)
 class Layout:
     """How n new tokens connect: who precedes whom and which inputs each conv window reads.
@@ -68,19 +109,18 @@ def chain_layout(n: int, kernel: int, device: torch.device | str) -> Layout:
 
 
 def tree_layout(tree: Tree, kernel: int, device: torch.device | str) -> Layout:
-    """The layout of a tree's nodes: each conv window walks up the node's ancestors."""
+    """The layout of a tree's nodes: each conv window walks up the node's ancestors (all nodes at
+    once, one parent lookup per window position), then into the committed conv inputs."""
+    parents = np.append(tree.parents.astype(np.int64), -1)  # index −1 reads the sentinel −1
+    node = np.arange(tree.size)
+    above = np.zeros(tree.size, dtype=np.int64)  # steps taken above the root so far
     index = np.empty((tree.size, kernel), dtype=np.int64)
-    for i in range(tree.size):
-        node, above_root = i, kernel - 2
-        for k in range(kernel - 1, -1, -1):
-            if node >= 0:
-                index[i, k] = kernel - 1 + node
-                node = int(tree.parents[node])
-            else:
-                index[i, k] = above_root
-                above_root -= 1
-    mask = torch.tensor(tree.ancestor_mask, device=device)
-    return Layout(mask, torch.tensor(index, device=device))
+    for k in range(kernel - 1, -1, -1):
+        index[:, k] = np.where(node >= 0, kernel - 1 + node, kernel - 2 - above)
+        above += node < 0
+        node = np.where(node >= 0, parents[node], -1)
+    mask = torch.from_numpy(tree.ancestor_mask.copy()).to(device)
+    return Layout(mask, torch.from_numpy(index).to(device))
 
 
 def ssd(
@@ -92,7 +132,8 @@ def ssd(
     h0: torch.Tensor,
     mask: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Masked SSD: outputs of n tokens after state h0, and the state after the last token's path.
+    """Masked SSD: outputs of n tokens after state h0, the state after the last token's path, and
+    every token's cumulative log decay L (b, n, H) (what `path_state` needs to commit any node).
 
     x (b, n, H, P), dt (b, n, H), a (H,), b and c (b, n, H, N), h0 (b, H, P, N), mask (n, n).
     With L_i = Σ_{j ∈ anc(i)} Δ_j·A:
@@ -107,7 +148,7 @@ def ssd(
     last = decay[:, -1] * dt
     h = log_decay[:, -1].exp()[..., None, None] * h0
     h = h + torch.einsum("bjh,bjhp,bjhn->bhpn", last, x, b)
-    return y, h
+    return y, h, log_decay
 
 
 def state_dtype(weights: torch.dtype) -> torch.dtype:
@@ -157,15 +198,17 @@ class Mamba2Mixer(nn.Module):
 
     def forward(
         self, u: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor, layout: Layout
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Masked form: outputs (b, n, d_model) and the states after the last token's path."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LayerRecord]:
+        """Masked form: outputs (b, n, d_model), the states after the last token's path, and
+        what it computed per token (enough to commit any token's path, see `TreeRecord`)."""
         z, xbc, dt = self._project(u)
         inputs = torch.cat([conv, xbc.transpose(1, 2)], dim=-1)
         windows = inputs[:, :, layout.conv_index]
         xbc = torch.einsum("bcnk,ck->bnc", windows, self.conv1d.weight[:, 0])
         x, b, c = self._split(F.silu(xbc + self.conv1d.bias))
-        y, h = ssd(x, dt, -self.A_log.exp(), b, c, ssm, layout.mask)
-        return self._output(y, x, z), inputs[:, :, layout.conv_index[-1, 1:]], h
+        y, h, log_decay = ssd(x, dt, -self.A_log.exp(), b, c, ssm, layout.mask)
+        out = self._output(y, x, z)
+        return out, inputs[:, :, layout.conv_index[-1, 1:]], h, (log_decay, dt, x, b, inputs)
 
     def step(
         self, u: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor
@@ -213,17 +256,18 @@ class Mamba2Block(nn.Module):
 
     def forward(
         self, x: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor, layout: Layout | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`layout` None: x (b, d_model) is one token per row, run recurrently."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LayerRecord | None]:
+        """`layout` None: x (b, d_model) is one token per row, run recurrently (no record)."""
         u = self.norm(x)
+        parts = None
         if layout is None:
             mixed, conv, ssm = self.mixer.step(u, conv, ssm)
         else:
-            mixed, conv, ssm = self.mixer(u, conv, ssm, layout)
+            mixed, conv, ssm, parts = self.mixer(u, conv, ssm, layout)
         x = x + mixed
         if self.mlp is not None:
             x = x + self.mlp(self.post_mixer_norm(x))
-        return x, conv, ssm
+        return x, conv, ssm, parts
 
 
 class Backbone(nn.Module):
@@ -304,7 +348,7 @@ class Mamba2(nn.Module):
     @torch.no_grad()
     def step(self, tokens: torch.Tensor, state: SSMState) -> tuple[torch.Tensor, SSMState]:
         """Logits (b, vocab) of one token per row (b,) by the recurrence, and the next state."""
-        hidden, state = self._run(tokens, state, None)
+        hidden, state, _ = self._run(tokens, state, None)
         return self.lm_head(hidden), state
 
     @torch.no_grad()
@@ -321,8 +365,11 @@ class Mamba2(nn.Module):
         return self.lm_head(hidden), state
 
     @torch.no_grad()
-    def verify_tree_naive(self, tokens: torch.Tensor, tree: Tree, state: SSMState) -> torch.Tensor:
-        """Logits (n, vocab) of every node, unrolling each root-to-leaf path from `state` (batch 1).
+    def verify_tree_naive(
+        self, tokens: torch.Tensor, tree: Tree, state: SSMState
+    ) -> tuple[torch.Tensor, TreeRecord]:
+        """Logits (n, vocab) of every node, unrolling each root-to-leaf path from `state` (batch
+        1), and the pass's record (commit any node's path with `TreeRecord.state`).
 
         One pass with a batch row (and a copy of the state) per leaf, leaves × (depth + 1) tokens;
         shorter paths are padded at the end, which causality keeps from changing them.
@@ -338,17 +385,24 @@ class Mamba2(nn.Module):
             state.conv.expand(-1, len(paths), -1, -1), state.ssm.expand(-1, len(paths), -1, -1, -1)
         )
         layout = chain_layout(width, self.spec.conv_kernel, tokens.device)
-        hidden, _ = self._run(tokens[rows], copies, layout)
-        row = torch.tensor([first_row[v] for v in range(tree.size)], device=tokens.device)
+        hidden, _, parts = self._run(tokens[rows], copies, layout)
+        rows_of = [first_row[v] for v in range(tree.size)]
+        row = torch.tensor(rows_of, device=tokens.device)
         col = torch.tensor(tree.depths, device=tokens.device)
-        return self.lm_head(hidden[row, col])
+        record = TreeRecord(*parts, layout.conv_index, copies.ssm,
+                            lambda path: (rows_of[path[-1]], list(range(len(path)))))
+        return self.lm_head(hidden[row, col]), record
 
     @torch.no_grad()
-    def verify_tree_stree(self, tokens: torch.Tensor, tree: Tree, state: SSMState) -> torch.Tensor:
-        """Logits (n, vocab) of every node in one tree-masked pass from `state` (batch 1), STree."""
+    def verify_tree_stree(
+        self, tokens: torch.Tensor, tree: Tree, state: SSMState
+    ) -> tuple[torch.Tensor, TreeRecord]:
+        """Logits (n, vocab) of every node in one tree-masked pass from `state` (batch 1), STree,
+        and the pass's record (commit any node's path with `TreeRecord.state`)."""
         layout = tree_layout(tree, self.spec.conv_kernel, tokens.device)
-        hidden, _ = self._run(tokens[None], state, layout)
-        return self.lm_head(hidden[0])
+        hidden, _, parts = self._run(tokens[None], state, layout)
+        record = TreeRecord(*parts, layout.conv_index, state.ssm, lambda path: (0, list(path)))
+        return self.lm_head(hidden[0]), record
 
     @torch.no_grad()
     def advance(self, state: SSMState, tokens: torch.Tensor) -> SSMState:
@@ -364,18 +418,22 @@ class Mamba2(nn.Module):
         for start in range(0, tokens.shape[1], CHUNK):
             chunk = tokens[:, start : start + CHUNK]
             layout = chain_layout(chunk.shape[1], self.spec.conv_kernel, tokens.device)
-            h, state = self._run(chunk, state, layout)
+            h, state, _ = self._run(chunk, state, layout)
             hidden.append(h)
         return torch.cat(hidden, dim=1), state
 
     def _run(
         self, tokens: torch.Tensor, state: SSMState, layout: Layout | None
-    ) -> tuple[torch.Tensor, SSMState]:
-        """Final hidden states of `tokens` and the state after the last token's path."""
+    ) -> tuple[torch.Tensor, SSMState, tuple[torch.Tensor, ...] | None]:
+        """Final hidden states of `tokens`, the state after the last token's path, and under a
+        layout the per-layer records stacked over layers (log decay, Δ, x, B, conv inputs)."""
         x = self.backbone.embeddings(tokens)
-        conv, ssm = [], []
+        conv, ssm, parts = [], [], []
         for block, c, h in zip(self.backbone.layers, state.conv, state.ssm, strict=True):
-            x, c, h = block(x, c, h, layout)
+            x, c, h, part = block(x, c, h, layout)
             conv.append(c)
             ssm.append(h)
-        return self.backbone.norm_f(x), SSMState(torch.stack(conv), torch.stack(ssm))
+            parts.append(part)
+        stacked = None if layout is None else tuple(torch.stack(t) for t in zip(*parts,
+                                                                                 strict=True))
+        return self.backbone.norm_f(x), SSMState(torch.stack(conv), torch.stack(ssm)), stacked
