@@ -98,7 +98,7 @@ class Hyper:
 
 HYPER = {
     "tiny-code": Hyper(lr=2e-3, batch=8, seq_len=512, steps=6000, edit_fraction=0.25),
-    "tiny-ssm": Hyper(lr=2e-3, batch=4, seq_len=512, steps=423),
+    "tiny-ssm": Hyper(lr=2e-3, batch=4, seq_len=512, steps=2685, edit_fraction=0.25),
     "tiny-code-draft": Hyper(
         lr=3e-3,
         batch=8,
