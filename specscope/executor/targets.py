@@ -7,6 +7,7 @@ the last committed token s_{L−1} is the root of the next tree and is processed
 - `CachedModel` wraps anything with `Transformer`'s methods (`Transformer`, `HFCausalLM`): tree
   nodes go to cache slots after the committed ones; `commit` compacts the accepted path into
   consecutive slots.
+- `HybridModel` wraps `Hybrid`: attention caches compacted, SSM state from the pass's record.
 - `SSMModel` wraps `Mamba2`: the committed prefix is a recurrent state; trees are verified by
   STree's tree-masked pass or by unrolling every root-to-leaf path ("naive"); `commit` takes the
   state after the accepted path from what the verification computed (`TreeRecord`), without
@@ -25,7 +26,7 @@ import torch
 from specscope.errors import InputError
 from specscope.executor.runtime import Runtime, StepRunner, bucket
 from specscope.models.hf_config import llama_spec
-from specscope.models.torch import Mamba2, SSMState, Transformer, load_checkpoint
+from specscope.models.torch import Hybrid, Mamba2, SSMState, Transformer, load_checkpoint
 from specscope.models.torch.ssm import TreeRecord
 from specscope.tree import Tree
 
@@ -205,10 +206,58 @@ class SSMModel:
         return logits[0]
 
 
-def wrap(model: Transformer | Mamba2 | HFCausalLM, name: str | None = None,
+class HybridModel:
+    """A `Hybrid` target: KV caches in its attention layers, a recurrent state in its SSM layers.
+
+    A tree is verified in one pass (tree mask in attention, STree in SSM layers); `commit`
+    compacts the attention caches and takes the SSM state after the accepted path from the
+    pass's record. Runs eager.
+    """
+
+    def __init__(self, model: Hybrid, name: str, runtime: Runtime | None = None) -> None:
+        self.model, self.name, self.vocab_size = model, name, model.spec.vocab_size
+        self.runtime = runtime or Runtime.cpu()
+        if self.runtime.kind != "eager":
+            raise InputError(f"{name}: hybrid targets run eager for now, not --runtime "
+                             f"{self.runtime.kind}")
+        self.setup_s = 0.0
+        self.state: SSMState = model.new_state()
+        self.committed = 0
+        self._record: TreeRecord | None = None
+
+    def prepare(self, max_tree: int) -> None:
+        """Nothing to compile or capture: hybrid steps run eager."""
+
+    def prefill(self, prompt: torch.Tensor, capacity: int) -> torch.Tensor:
+        if self.model.max_seq_len < capacity:
+            self.model.setup_caches(1, capacity)
+        logits, self.state = self.model.prefill(prompt[None, :-1].to(self.runtime.device))
+        self.committed = prompt.numel() - 1
+        return logits[0]
+
+    def verify(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
+        logits, self._record = self.model.verify_tree(tokens.to(self.runtime.device), tree,
+                                                      self.committed, self.state)
+        return logits
+
+    def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
+        self.model.compact(self.committed, path)
+        self.state = self._record.state(path)
+        self.committed += len(path)
+
+    def decode(self, token: int) -> torch.Tensor:
+        token_t = torch.tensor([token], device=self.runtime.device)
+        logits, self.state = self.model.decode(token_t, self.committed, self.state)
+        self.committed += 1
+        return logits
+
+
+def wrap(model: Transformer | Mamba2 | Hybrid | HFCausalLM, name: str | None = None,
          ssm_verify: str = "stree", runtime: Runtime | None = None) -> Model:
     """The executor's view of a loaded model (already on `runtime`'s device and dtype):
-    `SSMModel` for `Mamba2`, else `CachedModel`."""
+    `SSMModel` for `Mamba2`, `HybridModel` for `Hybrid`, else `CachedModel`."""
+    if isinstance(model, Hybrid):
+        return HybridModel(model, name or model.spec.name, runtime)
     if isinstance(model, Mamba2):
         return SSMModel(model, name or model.spec.name, ssm_verify, runtime)
     if isinstance(model, Transformer):

@@ -1,4 +1,5 @@
-"""Executable torch models: a Llama-style `Transformer`, a Mamba-2-style `Mamba2`, and
+"""Executable torch models: a Llama-style `Transformer`, a Mamba-2-style `Mamba2`, a Bamba-style
+`Hybrid` of the two, and
 `hf.HFCausalLM` for local Hugging Face checkpoints (imported from `specscope.models.torch.hf`, so
 that using the first two does not load transformers).
 
@@ -9,8 +10,9 @@ that using the first two does not load transformers).
 `TreeRecord` (or `advance`, which replays it).
 """
 
+from specscope.models.torch.hybrid import Hybrid
 from specscope.models.torch.layers import load_checkpoint
 from specscope.models.torch.ssm import Mamba2, SSMState
 from specscope.models.torch.transformer import KVCache, Transformer
 
-__all__ = ["KVCache", "Mamba2", "SSMState", "Transformer", "load_checkpoint"]
+__all__ = ["Hybrid", "KVCache", "Mamba2", "SSMState", "Transformer", "load_checkpoint"]

@@ -61,6 +61,36 @@ class FeedForward(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class CausalLM(nn.Module):
+    """What every specscope torch model shares: its `spec`, an LM head tied to the input
+    embedding when the spec says so, and seeded random construction (`random`)."""
+
+    spec: ModelSpec
+    lm_head: nn.Linear
+
+    @property
+    def embedding(self) -> nn.Embedding:
+        """The input embedding (the tied LM head's weight)."""
+        raise NotImplementedError
+
+    def tie_weights(self) -> None:
+        """Share the embedding with the LM head when the spec ties them."""
+        if self.spec.tie_embeddings:
+            self.lm_head.weight = self.embedding.weight
+
+    @classmethod
+    def random(
+        cls,
+        spec: ModelSpec,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        std: float = 0.02,
+    ) -> CausalLM:
+        """A seeded random model, e.g. for latency runs of catalogue shapes (see `random_init`)."""
+        return random_init(cls, spec, seed, dtype, device, std)
+
+
 def random_init(
     cls: type[M],
     spec: ModelSpec,

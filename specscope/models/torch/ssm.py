@@ -29,7 +29,7 @@ from torch import nn
 
 from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
-from specscope.models.torch.layers import FeedForward, RMSNorm, random_init
+from specscope.models.torch.layers import CausalLM, FeedForward, RMSNorm
 from specscope.tree import Tree
 
 CHUNK = 64
@@ -243,6 +243,18 @@ class Mamba2Mixer(nn.Module):
         return self.out_proj(self.norm(y, z).to(z.dtype))
 
 
+@torch.no_grad()
+def reset_mixer_parameters(mixer: Mamba2Mixer, generator: torch.Generator) -> None:
+    """Mamba-2's initialisation of a mixer's decays: A ~ U(1, 16), Δ ~ logU(1e-3, 1e-1), D = 1."""
+    a = torch.empty_like(mixer.A_log).uniform_(1.0, 16.0, generator=generator)
+    mixer.A_log.copy_(a.log())
+    u = torch.empty_like(mixer.dt_bias).uniform_(generator=generator)
+    dt = torch.exp(u * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+    mixer.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus⁻¹(dt)
+    mixer.D.fill_(1.0)
+    mixer.conv1d.bias.zero_()
+
+
 class Mamba2Block(nn.Module):
     """Pre-norm mixer with a residual; a pre-norm SwiGLU MLP too when the spec has d_ff > 0."""
 
@@ -280,7 +292,7 @@ class Backbone(nn.Module):
         self.norm_f = RMSNorm(spec.d_model, spec.norm_eps)
 
 
-class Mamba2(nn.Module):
+class Mamba2(CausalLM):
     """A Mamba-2-style causal LM from a `ModelSpec` with arch "ssm"."""
 
     embedding_key = "backbone.embeddings.weight"
@@ -299,35 +311,20 @@ class Mamba2(nn.Module):
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
         self.tie_weights()
 
-    def tie_weights(self) -> None:
-        """Share the embedding with the LM head when the spec ties them."""
-        if self.spec.tie_embeddings:
-            self.lm_head.weight = self.backbone.embeddings.weight
-
-    @classmethod
-    def random(
-        cls,
-        spec: ModelSpec,
-        seed: int = 0,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
-        std: float = 0.02,
-    ) -> Mamba2:
-        """A seeded random model, e.g. for latency runs of catalogue shapes (see `random_init`)."""
-        return random_init(cls, spec, seed, dtype, device, std)
+    @property
+    def embedding(self) -> nn.Embedding:
+        return self.backbone.embeddings
 
     @torch.no_grad()
     def reset_special_parameters(self, generator: torch.Generator) -> None:
-        """Mamba-2's initialisation of the decays: A ~ U(1, 16), Δ ~ logU(1e-3, 1e-1), D = 1."""
+        """Mamba-2's initialisation of every layer's decays (see `reset_mixer_parameters`)."""
         for block in self.backbone.layers:
-            mixer = block.mixer
-            a = torch.empty_like(mixer.A_log).uniform_(1.0, 16.0, generator=generator)
-            mixer.A_log.copy_(a.log())
-            u = torch.empty_like(mixer.dt_bias).uniform_(generator=generator)
-            dt = torch.exp(u * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
-            mixer.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus⁻¹(dt)
-            mixer.D.fill_(1.0)
-            mixer.conv1d.bias.zero_()
+            reset_mixer_parameters(block.mixer, generator)
+
+    @property
+    def mixers(self) -> list[Mamba2Mixer]:
+        """The Mamba-2 mixers, in layer order."""
+        return [block.mixer for block in self.backbone.layers]
 
     def new_state(self, batch: int = 1) -> SSMState:
         """The zero state before any token, on the device of the weights (see `state_dtype`)."""

@@ -19,10 +19,10 @@ from torch import nn
 from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
 from specscope.models.torch.layers import (
+    CausalLM,
     FeedForward,
     RMSNorm,
     apply_rope,
-    random_init,
     rope_cos_sin,
 )
 from specscope.models.torch.tree_inputs import (
@@ -129,7 +129,7 @@ class Decoder(nn.Module):
         self.norm = RMSNorm(spec.d_model, spec.norm_eps)
 
 
-class Transformer(nn.Module):
+class Transformer(CausalLM):
     """A Llama-style causal LM from a `ModelSpec` with arch "transformer"."""
 
     embedding_key = "model.embed_tokens.weight"
@@ -146,22 +146,9 @@ class Transformer(nn.Module):
         self.tie_weights()
         self.max_seq_len = 0
 
-    def tie_weights(self) -> None:
-        """Share the embedding with the LM head when the spec ties them."""
-        if self.spec.tie_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-
-    @classmethod
-    def random(
-        cls,
-        spec: ModelSpec,
-        seed: int = 0,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
-        std: float = 0.02,
-    ) -> Transformer:
-        """A seeded random model, e.g. for latency runs of catalogue shapes (see `random_init`)."""
-        return random_init(cls, spec, seed, dtype, device, std)
+    @property
+    def embedding(self) -> nn.Embedding:
+        return self.model.embed_tokens
 
     def setup_caches(self, max_batch_size: int = 1, max_seq_len: int | None = None) -> None:
         """Allocate a zeroed KV cache in every layer, in the dtype and device of the weights."""

@@ -1,7 +1,8 @@
 """The model zoo: tiny code models trained by specscope itself, shipped with their weights.
 
 `tiny-code` (Llama-style target, 3.7 M parameters), `tiny-code-draft` (its 0.4 M-parameter
-drafter, distilled from it) and `tiny-ssm` (Mamba-2 target of the same size) share one byte-level
+drafter, distilled from it), `tiny-ssm` (Mamba-2 target of the same size) and `tiny-hybrid`
+(Mamba-2 layers with two attention layers, Bamba-style) share one byte-level
 BPE tokenizer and were trained on the Python standard library (`data.py`), so real speculative
 decoding runs on a laptop CPU with drafters that agree with their targets often. Specs and
 training reports live in `zoo.toml`; `train.py` reproduces the weights.
@@ -22,7 +23,7 @@ from specscope.models.spec import ModelSpec, spec_from_table
 if TYPE_CHECKING:
     import torch
 
-    from specscope.models.torch import Mamba2, Transformer
+    from specscope.models.torch import Hybrid, Mamba2, Transformer
     from specscope.models.zoo.tokenizer import ZooTokenizer
 
 ZOO_DIR = Path(__file__).parent
@@ -73,14 +74,14 @@ def load_zoo_tokenizer(directory: Path = ZOO_DIR) -> ZooTokenizer:
 
 def load_zoo_model(
     name: str, dtype: torch.dtype | None = None, directory: Path = ZOO_DIR
-) -> tuple[Transformer | Mamba2, ZooTokenizer]:
+) -> tuple[Transformer | Mamba2 | Hybrid, ZooTokenizer]:
     """Zoo model `name` with its trained weights (in `dtype`, default float32), eval mode, on CPU.
 
     Returns (model, tokenizer). Weights are stored in float16 and converted on load.
     """
     import torch
 
-    from specscope.models.torch import Mamba2, Transformer, load_checkpoint
+    from specscope.models.torch import Hybrid, Mamba2, Transformer, load_checkpoint
 
     specs = zoo_specs(directory)
     if name not in specs:
@@ -92,7 +93,7 @@ def load_zoo_model(
             f"{path}: no weights for {name}; "
             f"run specscope zoo train --model {name}"
         )
-    cls = Transformer if spec.arch == "transformer" else Mamba2
+    cls = {"transformer": Transformer, "ssm": Mamba2, "hybrid": Hybrid}[spec.arch]
     model = cls.random(spec, dtype=dtype or torch.float32)
     load_checkpoint(model, path)
     return model.eval(), load_zoo_tokenizer(directory)

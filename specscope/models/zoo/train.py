@@ -44,7 +44,7 @@ from safetensors.torch import save_file
 from specscope.atomic import write_atomic, write_text_atomic
 from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
-from specscope.models.torch import Mamba2, Transformer
+from specscope.models.torch import Hybrid, Mamba2, Transformer
 from specscope.models.torch.tree_inputs import chain_attention_mask
 from specscope.models.zoo import (
     ZOO_DIR,
@@ -99,6 +99,7 @@ class Hyper:
 HYPER = {
     "tiny-code": Hyper(lr=2e-3, batch=8, seq_len=512, steps=6000, edit_fraction=0.25),
     "tiny-ssm": Hyper(lr=2e-3, batch=4, seq_len=512, steps=2685, edit_fraction=0.25),
+    "tiny-hybrid": Hyper(lr=2e-3, batch=4, seq_len=512, steps=2685, edit_fraction=0.25),
     "tiny-code-draft": Hyper(
         lr=3e-3,
         batch=8,
@@ -109,7 +110,7 @@ HYPER = {
         edit_fraction=0.25,
     ),
 }
-ORDER = ("tiny-code", "tiny-ssm", "tiny-code-draft")
+ORDER = ("tiny-code", "tiny-ssm", "tiny-hybrid", "tiny-code-draft")
 """Training order of `--model all`: targets before the draft that learns from them."""
 
 TOML_HEADER = """\
@@ -146,7 +147,7 @@ def eval_windows(stream: torch.Tensor, seq_len: int, count: int) -> torch.Tensor
     return torch.stack([stream[i * seq_len : i * seq_len + seq_len + 1] for i in picks.tolist()])
 
 
-def sequence_logits(model: Transformer | Mamba2, tokens: torch.Tensor) -> torch.Tensor:
+def sequence_logits(model: Transformer | Mamba2 | Hybrid, tokens: torch.Tensor) -> torch.Tensor:
     """Logits (b, t, vocab) of windows (b, t) from an empty context, differentiable.
 
     The models' public `prefill` runs under `torch.no_grad`; training needs the same pass with
@@ -156,6 +157,8 @@ def sequence_logits(model: Transformer | Mamba2, tokens: torch.Tensor) -> torch.
     if isinstance(model, Mamba2):
         hidden, _ = model._chain(tokens, model.new_state(tokens.shape[0]))
         return model.lm_head(hidden)
+    if isinstance(model, Hybrid):
+        return model.forward_sequence(tokens)
     b, t = tokens.shape
     model.setup_caches(b, t)
     pos = torch.arange(t, device=tokens.device)
@@ -165,7 +168,10 @@ def sequence_logits(model: Transformer | Mamba2, tokens: torch.Tensor) -> torch.
 
 @torch.no_grad()
 def evaluate(
-    model: Transformer | Mamba2, windows: torch.Tensor, token_bytes: torch.Tensor, batch: int = 8
+    model: Transformer | Mamba2 | Hybrid,
+    windows: torch.Tensor,
+    token_bytes: torch.Tensor,
+    batch: int = 8,
 ) -> Evaluation:
     """Bits per token and per byte of predicting each window's tokens 1.. from those before."""
     nats = correct = 0.0
@@ -182,7 +188,10 @@ def evaluate(
 
 @torch.no_grad()
 def top1_agreement(
-    draft: Transformer | Mamba2, target: Transformer | Mamba2, windows: torch.Tensor, batch: int = 8
+    draft: Transformer | Mamba2 | Hybrid,
+    target: Transformer | Mamba2 | Hybrid,
+    windows: torch.Tensor,
+    batch: int = 8,
 ) -> float:
     """Share of positions where both models' greedy next token is the same (true prefixes)."""
     same = 0
@@ -202,16 +211,16 @@ def lr_at(step: int, steps: int, peak: float) -> float:
     return peak * (MIN_LR_FRACTION + (1 - MIN_LR_FRACTION) * cosine)
 
 
-def new_model(spec: ModelSpec, seed: int) -> Transformer | Mamba2:
+def new_model(spec: ModelSpec, seed: int) -> Transformer | Mamba2 | Hybrid:
     """A freshly initialised float32 model: N(0, 0.02²) matrices, Mamba-2's decay init, and the
     depthwise conv at PyTorch's default (a 0.02 conv would shrink the SSM inputs 50-fold)."""
     if spec.arch == "transformer":
         return Transformer.random(spec, seed=seed)
-    model = Mamba2.random(spec, seed=seed)
+    model = (Mamba2 if spec.arch == "ssm" else Hybrid).random(spec, seed=seed)
     torch.manual_seed(seed)
-    for block in model.backbone.layers:
-        block.mixer.conv1d.reset_parameters()
-        torch.nn.init.zeros_(block.mixer.conv1d.bias)
+    for mixer in model.mixers:
+        mixer.conv1d.reset_parameters()
+        torch.nn.init.zeros_(mixer.conv1d.bias)
     return model
 
 
