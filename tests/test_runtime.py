@@ -16,9 +16,9 @@ from specscope.executor.generate import calibration, with_branches
 from specscope.executor.loop import decode_autoregressive, decode_speculative
 from specscope.executor.methods import resolve_method
 from specscope.executor.runtime import Runtime, StepRunner, bucket
-from specscope.executor.targets import CachedModel, Model
+from specscope.executor.targets import CachedModel, Model, SSMModel
 from specscope.models.spec import ModelSpec
-from specscope.models.torch import Transformer
+from specscope.models.torch import Mamba2, Transformer
 from specscope.tree import Tree
 
 torch.set_num_threads(1)
@@ -26,6 +26,8 @@ torch.set_num_threads(1)
 V = 53
 LLAMA = ModelSpec(name="tiny-llama", arch="transformer", n_layers=2, d_model=32, vocab_size=V,
                   n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=96)
+MAMBA = ModelSpec(name="tiny-mamba2", arch="ssm", n_layers=2, d_model=32, vocab_size=V,
+                  d_state=16, ssm_heads=8, ssm_head_dim=8, ssm_groups=2)
 METHODS = ("sequoia", "dyspec", "specdecpp", "goose", "chain", "kary")
 BUDGET = 11
 MAX_NEW = 12
@@ -124,15 +126,23 @@ def repeating_prompts(target: Model, count: int) -> list[list[int]]:
 
 
 class Pair:
-    """The same target and draft wrapped twice: exact shapes, and padded to buckets."""
+    """The same target and draft wrapped twice: exact shapes, and padded to buckets (a
+    Transformer target, or a Mamba-2 one verified by STree; the draft is a Transformer)."""
 
-    def __init__(self) -> None:
-        target = Transformer.random(LLAMA, seed=0, dtype=torch.float64, std=0.2)
-        draft = noisy_copy(target)
+    def __init__(self, ssm: bool = False) -> None:
+        base = Transformer.random(LLAMA, seed=0, dtype=torch.float64, std=0.2)
+        draft = noisy_copy(base)
         cpu = Runtime(torch.device("cpu"), torch.float64)
-        self.exact = (CachedModel(target, "t", V, cpu), CachedModel(draft, "d", V, cpu))
-        self.padded = (CachedModel(target, "t", V, cpu, padded=True),
-                       CachedModel(draft, "d", V, cpu, padded=True))
+        if ssm:
+            target = Mamba2.random(MAMBA, seed=0, dtype=torch.float64, std=0.3)
+            exact, padded = SSMModel(target, "t", runtime=cpu), SSMModel(target, "t",
+                                                                          runtime=cpu,
+                                                                          padded=True)
+        else:
+            exact, padded = (CachedModel(base, "t", V, cpu),
+                             CachedModel(base, "t", V, cpu, padded=True))
+        self.exact = (exact, CachedModel(draft, "d", V, cpu))
+        self.padded = (padded, CachedModel(draft, "d", V, cpu, padded=True))
         prompts = repeating_prompts(self.exact[0], 10)
         self.prompts, self.others = prompts[:6], prompts[6:]
 
@@ -151,6 +161,11 @@ def pair() -> Pair:
     return Pair()
 
 
+@pytest.fixture(scope="module")
+def ssm_pair() -> Pair:
+    return Pair(ssm=True)
+
+
 @pytest.mark.parametrize("algo", METHODS)
 @pytest.mark.parametrize("drafter", DRAFTERS)
 def test_padding_changes_no_accept_decision_and_no_token(pair: Pair, drafter: str,
@@ -161,6 +176,13 @@ def test_padding_changes_no_accept_decision_and_no_token(pair: Pair, drafter: st
     assert [r.output for r in padded] == reference
     assert [r.accepted for r in padded] == [r.accepted for r in exact]
     assert [r.tree_sizes for r in padded] == [r.tree_sizes for r in exact]
+
+
+@pytest.mark.parametrize("algo", ["sequoia", "dyspec", "chain"])
+@pytest.mark.parametrize("drafter", ["draft", "ngram", "goose"])
+def test_padding_an_ssm_target_changes_no_accept_decision_and_no_token(
+        ssm_pair: Pair, drafter: str, algo: str) -> None:
+    test_padding_changes_no_accept_decision_and_no_token(ssm_pair, drafter, algo)
 
 
 def test_padded_logits_equal_exact_ones_on_a_bushy_tree(pair: Pair) -> None:
@@ -227,3 +249,22 @@ def test_a_llama_folder_runs_as_specscopes_own_transformer(tmp_path: Path) -> No
     for model in (ours, theirs):
         model.prefill(prompt, 40)
     assert torch.allclose(ours.verify(tokens, tree), theirs.verify(tokens, tree), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_compiled_ssm_decodes_what_the_eager_one_does() -> None:
+    model = Mamba2.random(MAMBA, seed=1, std=0.3)
+    compiled = SSMModel(model, "t", runtime=Runtime(torch.device("cpu"), torch.float32,
+                                                    "compile"))
+    eager = SSMModel(model, "t")
+    prompt = torch.arange(12) % V
+    tree = Tree.from_parents([-1, 0, 0, 1, 1, 2])  # bucket 8
+    tokens = torch.arange(tree.size) % V + 2
+    for wrapped in (compiled, eager):
+        wrapped.prefill(prompt, 40)
+    torch.testing.assert_close(compiled.verify(tokens, tree), eager.verify(tokens, tree),
+                               atol=1e-4, rtol=0)
+    for wrapped in (compiled, eager):
+        wrapped.commit(tokens, [0, 1, 3])
+    torch.testing.assert_close(compiled.decode(7), eager.decode(7), atol=1e-4, rtol=0)
+    assert compiled.setup_s > 0

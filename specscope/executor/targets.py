@@ -27,7 +27,7 @@ from specscope.errors import InputError
 from specscope.executor.runtime import Runtime, StepRunner, bucket
 from specscope.models.hf_config import llama_spec
 from specscope.models.torch import Hybrid, Mamba2, SSMState, Transformer, load_checkpoint
-from specscope.models.torch.ssm import TreeRecord
+from specscope.models.torch.ssm import TreeRecord, tree_layout
 from specscope.tree import Tree
 
 if TYPE_CHECKING:
@@ -161,23 +161,45 @@ class CachedModel:
 
 
 class SSMModel:
-    """A `Mamba2` target whose committed prefix is a recurrent state."""
+    """A `Mamba2` target whose committed prefix is a recurrent state.
+
+    Under `compile` or `graph` (or `padded`), STree verification pads the tree to a bucket
+    (padded nodes see only themselves) and runs `Mamba2.verify_static` through a `StepRunner`,
+    and single tokens run `step_static` the same way; naive verification and prefill run eager.
+    """
 
     def __init__(self, model: Mamba2, name: str, ssm_verify: str = "stree",
-                 runtime: Runtime | None = None) -> None:
+                 runtime: Runtime | None = None, padded: bool | None = None) -> None:
         if ssm_verify not in SSM_VERIFIERS:
             raise InputError(f"--ssm-verify must be one of {', '.join(SSM_VERIFIERS)}, "
                              f"got {ssm_verify!r}")
         self.model, self.name, self.vocab_size = model, name, model.spec.vocab_size
         self.ssm_verify = ssm_verify
         self.runtime = runtime or Runtime.cpu()
-        self.setup_s = 0.0
         self.state: SSMState = model.new_state()
         self.committed = 0
         self._record: TreeRecord | None = None
+        self._verify: StepRunner | None = None
+        self._step: StepRunner | None = None
+        if padded if padded is not None else self.runtime.kind != "eager":
+            self._verify = StepRunner(model.verify_static, self.runtime)
+            self._step = StepRunner(model.step_static, self.runtime)
+
+    @property
+    def setup_s(self) -> float:
+        """Seconds spent compiling or capturing steps so far."""
+        return sum(r.setup_s for r in (self._verify, self._step) if r is not None)
 
     def prepare(self, max_tree: int) -> None:
-        """Nothing to compile or capture yet: SSM steps run eager."""
+        """Compile or capture every bucket up to `max_tree` nodes and the one-token step now
+        (the state is left as it was)."""
+        if self._verify is None:
+            return
+        state, committed = self.state, self.committed
+        for size in sorted({bucket(n) for n in range(1, max_tree + 1)}):
+            self.verify(torch.zeros(size, dtype=torch.long), Tree.chain(size - 1))
+        self.decode(0)
+        self.state, self.committed, self._record = state, committed, None
 
     def prefill(self, prompt: torch.Tensor, capacity: int) -> torch.Tensor:
         logits, self.state = self.model.prefill(prompt[None, :-1].to(self.runtime.device))
@@ -186,12 +208,33 @@ class SSMModel:
         return logits[0]
 
     def verify(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
-        tokens = tokens.to(self.runtime.device)
-        if self.ssm_verify == "stree":
-            logits, self._record = self.model.verify_tree_stree(tokens, tree, self.state)
+        device = self.runtime.device
+        if self.ssm_verify == "naive":
+            logits, self._record = self.model.verify_tree_naive(tokens.to(device), tree,
+                                                                self.state)
+        elif self._verify is None:
+            logits, self._record = self.model.verify_tree_stree(tokens.to(device), tree,
+                                                                 self.state)
         else:
-            logits, self._record = self.model.verify_tree_naive(tokens, tree, self.state)
+            logits = self._verify_padded(tokens, tree)
         return logits
+
+    def _verify_padded(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
+        n, size, kernel = tree.size, bucket(tree.size), self.model.spec.conv_kernel
+        layout = tree_layout(tree, kernel, "cpu")
+        mask = torch.eye(size, dtype=torch.bool)
+        mask[:n, :n] = layout.mask
+        conv_index = (kernel - 1 + torch.arange(size))[:, None].repeat(1, kernel)
+        conv_index[:n] = layout.conv_index
+        padded = torch.zeros(1, size, dtype=torch.long)
+        padded[0, :n] = tokens
+        device = self.runtime.device
+        conv_index = conv_index.to(device)
+        logits, *parts = self._verify(padded.to(device), mask.to(device), conv_index,
+                                      self.state.conv, self.state.ssm)
+        self._record = TreeRecord(*parts, conv_index, self.state.ssm,
+                                  lambda path: (0, list(path)))
+        return logits[:n]
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
         """The state after the accepted path, from what the verification computed (no replay)."""
@@ -200,8 +243,12 @@ class SSMModel:
             self.committed += len(path)
 
     def decode(self, token: int) -> torch.Tensor:
-        logits, self.state = self.model.step(torch.tensor([token], device=self.runtime.device),
-                                             self.state)
+        token_t = torch.tensor([token], device=self.runtime.device)
+        if self._step is None:
+            logits, self.state = self.model.step(token_t, self.state)
+        else:
+            logits, conv, ssm = self._step(token_t, self.state.conv, self.state.ssm)
+            self.state = SSMState(conv, ssm)
         self.committed += 1
         return logits[0]
 

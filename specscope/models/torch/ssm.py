@@ -402,6 +402,30 @@ class Mamba2(CausalLM):
         return self.lm_head(hidden[0]), record
 
     @torch.no_grad()
+    def verify_static(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor,
+        conv_index: torch.Tensor,
+        conv: torch.Tensor,
+        ssm: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        """STree verification in static shapes, for compiling and CUDA graphs: tokens (1, t) laid
+        out by `mask` (t, t) and `conv_index` (t, K) (see `Layout`) after the state (conv, ssm).
+        Returns the logits (t, vocab) and the record's per-layer tensors (see `TreeRecord`); a
+        padding token whose mask row holds only itself changes no other token."""
+        hidden, _, parts = self._run(tokens, SSMState(conv, ssm), Layout(mask, conv_index))
+        return (self.lm_head(hidden[0]), *parts)
+
+    @torch.no_grad()
+    def step_static(
+        self, tokens: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`step` on plain tensors (for compiling): logits (b, vocab) and the next (conv, ssm)."""
+        hidden, state, _ = self._run(tokens, SSMState(conv, ssm), None)
+        return self.lm_head(hidden), state.conv, state.ssm
+
+    @torch.no_grad()
     def advance(self, state: SSMState, tokens: torch.Tensor) -> SSMState:
         """The state after the accepted path's tokens (k,), root first, recomputed from `state`.
 
