@@ -1,0 +1,216 @@
+"""specscope against Hugging Face transformers' own speculative decoding, on the same models.
+
+Run: .venv/bin/python benchmarks/peers.py [--runtime compile] [--n 8] [--max-new 64]
+     [--threads 1] [-o benchmarks/results/peers-cpu.json]
+
+The zoo's tiny-code and tiny-code-draft are exported as local Hugging Face Llama folders
+(`export_llama`; logits equal to specscope's within 1e-4) and decoded by transformers as a user
+would call it: `generate(max_new_tokens=..., do_sample=False)` plain, with
+`prompt_lookup_num_tokens` 4, 8 and 10, and with `assistant_model=<draft>` and its defaults
+(which stop drafting once the draft's confidence falls below 0.4). specscope decodes the same
+prompts autoregressively and with a sweep of n-gram and draft-model trees (budgets are tree
+sizes, root included; trees shaped by the acceptance stored with the zoo target or by a
+calibration pass on other prompts) under --runtime (compile time excluded, reported apart).
+
+Per prompt, every configuration of both engines runs once, one after another (interleaved, so
+that both see the same drift in machine load), in one process with `torch.set_num_threads`;
+tokens/s counts the new tokens over the wall time of the whole request, prefill included. Every
+speculative output is checked against its own engine's greedy output; the two engines' greedy
+outputs are compared too. "Best of a family" is the configuration with the most tokens/s over
+the prompt set, for each engine alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import transformers
+from rich.console import Console
+from rich.table import Table
+
+from specscope.atomic import write_text_atomic
+from specscope.executor.collect import encode
+from specscope.executor.drafters import make_drafter
+from specscope.executor.generate import calibration
+from specscope.executor.loop import decode_autoregressive, decode_speculative
+from specscope.executor.methods import Method, resolve_method
+from specscope.executor.runtime import Runtime
+from specscope.executor.targets import Model, load_model
+from specscope.executor.zoo_acceptance import stored_acceptance
+from specscope.models.torch.hf_export import export_llama
+from specscope.models.zoo import load_zoo_model
+from specscope.models.zoo.prompts import load_prompts
+
+TARGET, DRAFT = "tiny-code", "tiny-code-draft"
+PROMPT_SETS = ("builtin:code-edit", "builtin:stdlib-code")
+LOOKUP = (4, 8, 10)
+NGRAM_TREES = (("chain", 4), ("chain", 8), ("chain", 16), ("sequoia", 8), ("sequoia", 16))
+DRAFT_TREES = (("chain", 3), ("sequoia", 4), ("sequoia", 8), ("dyspec", 8))
+console = Console(width=140)
+
+
+@dataclass
+class Config:
+    """One way of decoding: its engine, family (autoregressive, n-gram, draft model), name, the
+    function that decodes one prompt (returns its new tokens), and what it measured."""
+
+    engine: str
+    family: str
+    name: str
+    decode: Callable[[list[int]], list[int]]
+    seconds: float = 0.0
+    tokens: int = 0
+    outputs: list[list[int]] = field(default_factory=list)
+
+    def run(self, prompt: list[int]) -> None:
+        start = time.perf_counter()
+        out = self.decode(prompt)
+        self.seconds += time.perf_counter() - start
+        self.tokens += len(out)
+        self.outputs.append(out)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """New tokens per second, prefill included."""
+        return self.tokens / self.seconds
+
+
+def hf_configs(folder: Path, max_new: int) -> list[Config]:
+    """transformers' plain, prompt-lookup and assisted greedy decoding of the exported folders."""
+    from transformers import LlamaForCausalLM
+
+    target = LlamaForCausalLM.from_pretrained(folder / TARGET, local_files_only=True).eval()
+    draft = LlamaForCausalLM.from_pretrained(folder / DRAFT, local_files_only=True).eval()
+
+    def decoder(**options) -> Callable[[list[int]], list[int]]:
+        def decode(prompt: list[int]) -> list[int]:
+            ids = torch.tensor([prompt])
+            out = target.generate(ids, attention_mask=torch.ones_like(ids),
+                                  max_new_tokens=max_new, do_sample=False, pad_token_id=0,
+                                  **options)
+            return out[0, len(prompt):].tolist()
+        return decode
+
+    return [Config("hf", "ar", "generate", decoder()),
+            *[Config("hf", "ngram", f"prompt lookup {k}", decoder(prompt_lookup_num_tokens=k))
+              for k in LOOKUP],
+            Config("hf", "draft", "assistant_model", decoder(assistant_model=draft))]
+
+
+def specscope_configs(target: Model, draft: Model, others: list[list[int]],
+                      max_new: int) -> list[Config]:
+    """specscope's autoregressive decoding and its n-gram and draft-model trees."""
+
+    def ar(prompt: list[int]) -> list[int]:
+        return decode_autoregressive(target, prompt, max_new).output
+
+    def speculative(kind: str, algo: str, budget: int) -> Callable[[list[int]], list[int]]:
+        drafter = make_drafter(kind, target.vocab_size, draft)
+        calibrate = calibration(target, draft, others, max_new, 0.0, 0, "other prompts")
+        method: Method = resolve_method(algo, budget, drafter, calibrate,
+                                        stored_acceptance(TARGET, drafter.source))
+        return lambda prompt: decode_speculative(target, drafter, method, prompt,
+                                                 max_new).output
+
+    return [Config("specscope", "ar", "autoregressive", ar),
+            *[Config("specscope", "ngram", f"{a} n={b}", speculative("ngram", a, b))
+              for a, b in NGRAM_TREES],
+            *[Config("specscope", "draft", f"{a} n={b}", speculative("draft", a, b))
+              for a, b in DRAFT_TREES]]
+
+
+def best(configs: list[Config], engine: str, family: str) -> Config:
+    """The configuration of `engine` and `family` with the most tokens/s."""
+    return max((c for c in configs if c.engine == engine and c.family == family),
+               key=lambda c: c.tokens_per_s)
+
+
+def measure(prompt_set: str, args: argparse.Namespace, folder: Path, runtime: Runtime) -> dict:
+    """Every configuration on one prompt set; prints its table and returns its summary."""
+    target, tokenizer = load_model(TARGET, runtime=runtime)
+    draft = load_model(DRAFT, runtime=runtime)[0]
+    tokens = [encode(tokenizer, t, prompt_set) for t in load_prompts(prompt_set)]
+    prompts, others = tokens[: args.n], tokens[args.n : args.n + 4]
+    configs = hf_configs(folder, args.max_new) + specscope_configs(target, draft, others,
+                                                                   args.max_new)
+    for model in (target, draft):
+        model.prepare(max(b for _, b in NGRAM_TREES + DRAFT_TREES))
+    for config in configs:  # warm-up: first calls allocate and load
+        config.decode(prompts[0][:40])
+    for prompt in prompts:
+        for config in configs:
+            config.run(prompt)
+    reference = {e: next(c for c in configs if c.engine == e and c.family == "ar").outputs
+                 for e in ("hf", "specscope")}
+    table = Table(title=f"{prompt_set}: {args.n} prompts × {args.max_new} new tokens, greedy, "
+                        f"prefill included, {args.threads} thread(s), specscope {runtime.kind}")
+    for col in ("engine", "configuration", "tok/s", "vs own AR", "lossless"):
+        table.add_column(col, justify="left" if col in ("engine", "configuration") else "right")
+    rows = []
+    for c in configs:
+        lossless = c.outputs == reference[c.engine]
+        own_ar = best(configs, c.engine, "ar").tokens_per_s
+        table.add_row(c.engine, c.name, f"{c.tokens_per_s:.0f}", f"{c.tokens_per_s / own_ar:.2f}×",
+                      "yes" if lossless else "NO")
+        rows.append({"engine": c.engine, "family": c.family, "config": c.name,
+                     "tokens_per_s": c.tokens_per_s, "lossless": lossless})
+    console.print(table)
+    ratios = {
+        "ngram_vs_hf": best(configs, "specscope", "ngram").tokens_per_s
+        / best(configs, "hf", "ngram").tokens_per_s,
+        "draft_vs_hf": best(configs, "specscope", "draft").tokens_per_s
+        / best(configs, "hf", "draft").tokens_per_s,
+        "draft_vs_own_ar": best(configs, "specscope", "draft").tokens_per_s
+        / best(configs, "specscope", "ar").tokens_per_s,
+    }
+    same = reference["hf"] == reference["specscope"]
+    console.print(
+        f"best n-gram: specscope {best(configs, 'specscope', 'ngram').name} / hf "
+        f"{best(configs, 'hf', 'ngram').name} = {ratios['ngram_vs_hf']:.2f}×; best draft "
+        f"model: specscope {best(configs, 'specscope', 'draft').name} / hf assisted = "
+        f"{ratios['draft_vs_hf']:.2f}×, / specscope autoregressive = "
+        f"{ratios['draft_vs_own_ar']:.2f}×; greedy outputs of the two engines "
+        f"{'agree' if same else 'differ'}; specscope compile time "
+        f"{target.setup_s + draft.setup_s:.1f} s (excluded)")
+    return {"prompt_set": prompt_set, "rows": rows, **ratios, "greedy_outputs_agree": same,
+            "setup_s": target.setup_s + draft.setup_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runtime", default="compile", help="specscope's: eager or compile")
+    parser.add_argument("--n", type=int, default=8, help="prompts per set")
+    parser.add_argument("--max-new", type=int, default=64, help="new tokens per prompt")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("-o", "--output", default="benchmarks/results/peers-cpu.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    runtime = Runtime.resolve("cpu", "float32", args.runtime)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for name in (TARGET, DRAFT):
+            export_llama(load_zoo_model(name)[0], folder / name)
+        sets = [measure(s, args, folder, runtime) for s in PROMPT_SETS]
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+               platform.processor())
+    result = {"provenance": {"cpu": cpu, "threads": args.threads, "torch": torch.__version__,
+                             "transformers": transformers.__version__,
+                             "date": datetime.date.today().isoformat(),
+                             "runtime": args.runtime, "n": args.n, "max_new": args.max_new},
+              "sets": sets}
+    write_text_atomic(Path(args.output), json.dumps(result, indent=1) + "\n")
+    console.print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
