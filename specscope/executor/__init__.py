@@ -10,21 +10,8 @@
 - `collect`: traces of real models (`specscope collect`).
 - `zoo_acceptance`: the acceptance vector stored with each zoo target.
 
-Importing this package imports torch; the rest of specscope does not need it.
+Its modules import torch; the rest of specscope does not need it. The package itself imports
+nothing, so that `targets`, `runtime` and the models load without polars, PuLP, simpy or plotly
+(the GPU image's `benchmarks/gpu_verify.py` runs that way); `drafters`, `methods`, `loop`,
+`generate` and `collect` need polars through the trace and optimizer modules.
 """
-
-from specscope.executor.collect import collect, collect_tokens
-from specscope.executor.generate import generate
-from specscope.executor.loop import GenerateResult, PhaseTimes, RequestRun, speculative_generate
-from specscope.executor.methods import Method
-
-__all__ = [
-    "GenerateResult",
-    "Method",
-    "PhaseTimes",
-    "RequestRun",
-    "collect",
-    "collect_tokens",
-    "generate",
-    "speculative_generate",
-]

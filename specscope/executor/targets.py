@@ -84,9 +84,12 @@ class CachedModel:
     """
 
     def __init__(self, model: Transformer | HFCausalLM, name: str, vocab_size: int,
-                 runtime: Runtime | None = None, padded: bool | None = None) -> None:
+                 runtime: Runtime | None = None, padded: bool | None = None,
+                 max_len: int | None = None) -> None:
         """`padded` (default: unless eager) runs the padded static step even under eager, which
-        is how tests check that padding changes nothing."""
+        is how tests check that padding changes nothing. `max_len` (default: the spec's
+        `max_seq_len`) sizes the static cache: the static step reads all of it, so size it to
+        what a run needs."""
         self.model, self.name, self.vocab_size = model, name, vocab_size
         self.runtime = runtime or Runtime.cpu()
         self.committed = 0
@@ -96,7 +99,7 @@ class CachedModel:
             if not isinstance(model, Transformer):
                 raise InputError(f"--runtime {self.runtime.kind} runs specscope's own models; "
                                  f"{name} is a Hugging Face model and runs eager")
-            model.setup_caches(1, model.spec.max_seq_len + 1)
+            model.setup_caches(1, (max_len or model.spec.max_seq_len) + 1)
             self._step = StepRunner(model.step, self.runtime)
 
     @property
@@ -126,7 +129,7 @@ class CachedModel:
         slots = torch.full((size,), self.model.max_seq_len - 1)
         slots[:n] = self.committed + index[:n]
         block = torch.eye(size, dtype=torch.bool)
-        block[:n, :n] = torch.from_numpy(tree.ancestor_mask)
+        block[:n, :n] = torch.from_numpy(tree.ancestor_mask.copy())
         padded = torch.zeros(size, dtype=torch.long)
         padded[:n] = tokens
         device = self.runtime.device
