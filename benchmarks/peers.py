@@ -54,7 +54,7 @@ TARGET, DRAFT = "tiny-code", "tiny-code-draft"
 PROMPT_SETS = ("builtin:code-edit", "builtin:stdlib-code")
 LOOKUP = (4, 8, 10)
 NGRAM_TREES = (("chain", 4), ("chain", 8), ("chain", 16), ("sequoia", 8), ("sequoia", 16))
-DRAFT_TREES = (("chain", 3), ("sequoia", 4), ("sequoia", 8), ("dyspec", 8))
+DRAFT_TREES = (("chain", 3), ("sequoia", 4), ("sequoia", 8), ("dyspec", 8), ("specdecpp", 8))
 console = Console(width=140)
 
 

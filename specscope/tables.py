@@ -73,7 +73,8 @@ def cost_table(report: dict[str, Any], title: str) -> Table:
 def generate_table(run: dict[str, Any]) -> Table:
     """A `specscope generate` result: speculative against autoregressive, phase breakdown."""
     table = Table(title=f"{run['target']} · drafter {run['drafter']} · {run['method']} "
-                        f"({run['tree_origin']}) · {run['rule']} · {run['threads']} threads")
+                        f"({run['tree_origin']}) · {run['rule']} · {run['device']} "
+                        f"{run['dtype']} {run['runtime']} · {run['threads']} threads")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     rows = [
@@ -88,6 +89,8 @@ def generate_table(run: dict[str, Any]) -> Table:
         ("bookkeeping ms", f"{run['bookkeeping_ms']:,.1f}"),
         ("autoregressive ms", f"{run['ar_ms']:,.1f}"),
     ]
+    if run["setup_s"]:
+        rows.append(("compile / capture s (excluded)", f"{run['setup_s']:,.1f}"))
     if run.get("lossless") is not None:
         rows.append(("lossless", f"{run['lossless']} ({run['mismatches']} mismatches)"))
     for row in rows:
