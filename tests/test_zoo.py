@@ -43,7 +43,7 @@ from specscope.models.zoo.train import (
     top1_agreement,
 )
 
-ZOO_MODELS = ("tiny-code", "tiny-code-draft", "tiny-ssm")
+ZOO_MODELS = ("tiny-code", "tiny-code-draft", "tiny-ssm", "tiny-hybrid")
 SLICE_WINDOWS = 3
 """Held-out windows of the quick check, evenly spaced over the held-out stream."""
 

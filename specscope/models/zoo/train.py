@@ -99,14 +99,14 @@ class Hyper:
 HYPER = {
     "tiny-code": Hyper(lr=2e-3, batch=8, seq_len=512, steps=6000, edit_fraction=0.25),
     "tiny-ssm": Hyper(lr=2e-3, batch=4, seq_len=512, steps=2685, edit_fraction=0.25),
-    "tiny-hybrid": Hyper(lr=2e-3, batch=4, seq_len=512, steps=2685, edit_fraction=0.25),
+    "tiny-hybrid": Hyper(lr=2e-3, batch=4, seq_len=512, steps=1393, edit_fraction=0.25),
     "tiny-code-draft": Hyper(
         lr=3e-3,
         batch=8,
         seq_len=512,
         steps=2500,
         teacher="tiny-code",
-        agree_with=("tiny-code", "tiny-ssm"),
+        agree_with=("tiny-code", "tiny-ssm", "tiny-hybrid"),
         edit_fraction=0.25,
     ),
 }
