@@ -117,3 +117,14 @@ def test_speculative_decoding_of_tiny_hybrid_is_lossless(drafter: str) -> None:
         prompt = start + start  # repeats, so the n-gram drafter proposes something
         expected = decode_autoregressive(target, prompt, 24).output
         assert decode_speculative(target, chosen, method, prompt, 24).output == expected
+
+
+def test_a_hybrid_drafts_for_another_target_losslessly() -> None:
+    """As a draft model the hybrid catches up on committed tokens with empty commits."""
+    target = wrap(Transformer.random(zoo_specs()["tiny-code"], seed=1, std=0.1), "target")
+    draft = wrap(zoo_or_random()[0], "draft")
+    chosen = make_drafter("draft", target.vocab_size, draft)
+    method = static_method("chain", Tree.chain(3), "test")
+    prompt = list(range(3, 40))
+    expected = decode_autoregressive(target, prompt, 16).output
+    assert decode_speculative(target, chosen, method, prompt, 16).output == expected

@@ -291,9 +291,10 @@ class HybridModel:
         return logits
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
-        self.model.compact(self.committed, path)
-        self.state = self._record.state(path)
-        self.committed += len(path)
+        if path:  # empty when a draft model catches up without a tree
+            self.model.compact(self.committed, path)
+            self.state = self._record.state(path)
+            self.committed += len(path)
 
     def decode(self, token: int) -> torch.Tensor:
         token_t = torch.tensor([token], device=self.runtime.device)
