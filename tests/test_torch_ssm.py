@@ -10,7 +10,7 @@ from transformers import Mamba2Config, Mamba2ForCausalLM
 from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
 from specscope.models.torch.layers import load_checkpoint
-from specscope.models.torch.ssm import CHUNK, Mamba2, SSMState
+from specscope.models.torch.ssm import CHUNK, Mamba2, SSMState, TreeRecord, tree_layout
 from specscope.tree import Tree
 
 SPEC = ModelSpec(
@@ -138,21 +138,46 @@ def test_advance_equals_stepping_through_the_accepted_path() -> None:
     assert_states_close(state, before, atol=0)
 
 
+@pytest.mark.parametrize(("dtype", "atol"), [(torch.float64, 1e-10), (torch.float32, 1e-5)],
+                         ids=["float64", "float32"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_committing_from_the_verification_record_equals_replaying_the_path(seed: int) -> None:
+def test_committing_from_the_verification_record_equals_replaying_the_path(
+    seed: int, dtype: torch.dtype, atol: float
+) -> None:
+    """Every node's path of a random tree, root-only and shorter than the conv window included:
+    the state from either verifier's record equals stepping the recurrence through the path."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(8, 20))
     tree = Tree.from_parents([-1] + [int(rng.integers(max(0, i - 3), i)) for i in range(1, n)])
-    model = tiny_model(WITH_MLP if seed % 2 else SPEC, seed)
+    model = tiny_model(WITH_MLP if seed % 2 else SPEC, seed, dtype)
     _, state = model.prefill(torch.as_tensor(rng.integers(0, SPEC.vocab_size, (1, 2 + seed))))
     tokens = torch.as_tensor(rng.integers(0, SPEC.vocab_size, n))
     records = [model.verify_tree_stree(tokens, tree, state)[1],
                model.verify_tree_naive(tokens, tree, state)[1]]
-    for node in range(n):  # root-only paths, paths shorter and longer than the conv window
+    for node in range(n):
         path = tree.path(node)
-        replayed = model.advance(state, tokens[path])
+        replayed = steps(model, tokens[path][None], state)[1]
         for record in records:
-            assert_states_close(record.state(path), replayed, atol=1e-10)
+            assert_states_close(record.state(path), replayed, atol=atol)
+
+
+def test_static_verification_of_a_padded_tree_equals_stree_on_the_real_nodes() -> None:
+    """Padding nodes (mask rows holding only themselves) change neither the real nodes' logits
+    nor the states their record commits."""
+    tree = Tree.from_parents([-1, 0, 0, 1, 1, 2])
+    model = tiny_model(WITH_MLP, seed=2)
+    _, state = model.prefill(torch.arange(9)[None] % WITH_MLP.vocab_size)
+    tokens = torch.arange(tree.size) + 4
+    expected, record = model.verify_tree_stree(tokens, tree, state)
+    layout = tree_layout(tree, WITH_MLP.conv_kernel, "cpu", size=8)
+    assert layout.mask[6:].equal(torch.eye(8, dtype=torch.bool)[6:])
+    padded = torch.cat([tokens, torch.tensor([7, 7])])[None]
+    logits, *parts = model.verify_static(padded, layout.mask, layout.conv_index, state.conv,
+                                         state.ssm)
+    torch.testing.assert_close(logits[: tree.size], expected, atol=1e-10, rtol=0)
+    static = TreeRecord.of_tree(parts, layout.conv_index, state.ssm)
+    for node in (0, 3, 5):
+        assert_states_close(static.state(tree.path(node)), record.state(tree.path(node)), 1e-10)
 
 
 def test_random_init_is_seeded_and_refuses_other_archs() -> None:

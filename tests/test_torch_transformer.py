@@ -144,3 +144,27 @@ def test_random_init_is_seeded_and_ties_weights() -> None:
     assert all(torch.equal(x, y) for x, y in pairs)
     assert not torch.equal(a.model.embed_tokens.weight, c.model.embed_tokens.weight)
     assert a.lm_head.weight.dtype == torch.float32
+
+
+def test_the_training_pass_equals_prefill_and_its_gradient_matches_finite_differences() -> None:
+    """`forward_sequence` (what training calls) writes each layer's keys into the one shared
+    cache tensor; autograd must still see a correct gradient through every layer."""
+    model = tiny_model(4)
+    tokens = torch.randint(0, SPEC.vocab_size, (2, 12), generator=torch.Generator().manual_seed(4))
+    expected = model.prefill(tokens)
+    logits = model.forward_sequence(tokens)
+    torch.testing.assert_close(logits, expected, atol=1e-10, rtol=0)
+
+    weight = model.model.layers[0].self_attn.q_proj.weight  # the first layer: through all others
+    direction = torch.randn(weight.shape, generator=torch.Generator().manual_seed(5),
+                            dtype=weight.dtype)
+    logits.square().mean().backward()
+    eps = 1e-6
+    with torch.no_grad():
+        weight += eps * direction
+        up = model.forward_sequence(tokens).square().mean()
+        weight -= 2 * eps * direction
+        down = model.forward_sequence(tokens).square().mean()
+    slope = (weight.grad * direction).sum()
+    assert abs(slope) > 1e-2  # a slope worth comparing
+    assert abs((up - down) / (2 * eps) - slope) < 1e-6 * abs(slope)

@@ -223,20 +223,13 @@ class SSMModel:
         return logits
 
     def _verify_padded(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
-        n, size, kernel = tree.size, bucket(tree.size), self.model.spec.conv_kernel
-        layout = tree_layout(tree, kernel, "cpu")
-        mask = torch.eye(size, dtype=torch.bool)
-        mask[:n, :n] = layout.mask
-        conv_index = (kernel - 1 + torch.arange(size))[:, None].repeat(1, kernel)
-        conv_index[:n] = layout.conv_index
+        n, size, device = tree.size, bucket(tree.size), self.runtime.device
+        layout = tree_layout(tree, self.model.spec.conv_kernel, device, size)
         padded = torch.zeros(1, size, dtype=torch.long)
         padded[0, :n] = tokens
-        device = self.runtime.device
-        conv_index = conv_index.to(device)
-        logits, *parts = self._verify(padded.to(device), mask.to(device), conv_index,
+        logits, *parts = self._verify(padded.to(device), layout.mask, layout.conv_index,
                                       self.state.conv, self.state.ssm)
-        self._record = TreeRecord(*parts, conv_index, self.state.ssm,
-                                  lambda path: (0, list(path)))
+        self._record = TreeRecord.of_tree(parts, layout.conv_index, self.state.ssm)
         return logits[:n]
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
@@ -291,7 +284,7 @@ class HybridModel:
         return logits
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
-        if path:  # empty when a draft model catches up without a tree
+        if path:  # an empty path (a draft model catching up on one token) keeps nothing
             self.model.compact(self.committed, path)
             self.state = self._record.state(path)
             self.committed += len(path)

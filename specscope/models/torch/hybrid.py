@@ -6,11 +6,12 @@ pre-norm residual, and a SwiGLU MLP after it when d_ff > 0. Parameter names foll
 `BambaForCausalLM` (`model.layers.{i}.mamba` / `self_attn`, `input_layernorm`, `pre_ff_layernorm`,
 `feed_forward`, `model.final_layernorm`); full RoPE rather than Bamba's partial rotary.
 
-Tree verification runs both kinds of layer in one pass: the tree's ancestor mask in attention
-layers (node i in cache slot committed + i at position committed + depth), STree's masked dual
-form in SSM layers. Committing an accepted path compacts the attention caches and takes the SSM
-state after the path from the pass's `TreeRecord`, so nothing is run twice. The KV caches live
-in the attention modules; the SSM state (over the SSM layers only) is a value, as in `Mamba2`.
+Tree verification runs both kinds of layer in one pass: in attention layers the committed prefix
+unmasked and the tree's nodes under their ancestor mask (`SplitMask`; node i in cache slot
+committed + i at position committed + depth), STree's masked dual form in SSM layers, both from
+the same `Layout`. Committing an accepted path compacts the KV cache and takes the SSM state after
+the path from the pass's `TreeRecord`, so nothing is run twice. One `KVCache` holds the attention
+layers' keys and values; the SSM state (over the SSM layers only) is a value, as in `Mamba2`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import nn
 
 from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
+from specscope.models.torch.attention import SplitMask
 from specscope.models.torch.layers import CausalLM, FeedForward, RMSNorm, rope_cos_sin
 from specscope.models.torch.ssm import (
     CHUNK,
@@ -35,11 +37,7 @@ from specscope.models.torch.ssm import (
     tree_layout,
 )
 from specscope.models.torch.transformer import Attention, KVCache
-from specscope.models.torch.tree_inputs import (
-    chain_attention_mask,
-    tree_attention_mask,
-    tree_position_ids,
-)
+from specscope.models.torch.tree_inputs import tree_position_ids
 from specscope.tree import Tree
 
 
@@ -83,6 +81,7 @@ class Hybrid(CausalLM):
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
         self.tie_weights()
         self.max_seq_len = 0
+        self.kv_cache: KVCache | None = None
 
     @property
     def embedding(self) -> nn.Embedding:
@@ -105,12 +104,14 @@ class Hybrid(CausalLM):
         return [block.self_attn for block in self.model.layers if block.kind == "attn"]
 
     def setup_caches(self, max_batch_size: int = 1, max_seq_len: int | None = None) -> None:
-        """Allocate a zeroed KV cache in every attention layer (weights' dtype and device)."""
+        """Allocate one zeroed KV cache over the attention layers (weights' dtype and device),
+        each attention layer reading and writing its own view of it."""
         self.max_seq_len = max_seq_len or self.spec.max_seq_len
-        weight = self.lm_head.weight
-        for attn in self.attentions:
-            attn.kv_cache = KVCache(max_batch_size, self.spec.n_kv_heads, self.max_seq_len,
-                                    self.spec.head_dim, weight.dtype, weight.device)
+        weight, attentions = self.lm_head.weight, self.attentions
+        self.kv_cache = KVCache(len(attentions), max_batch_size, self.spec.n_kv_heads,
+                                self.max_seq_len, self.spec.head_dim, weight.dtype, weight.device)
+        for i, attn in enumerate(attentions):
+            attn.kv_cache = self.kv_cache.layer(i)
 
     def new_state(self, batch: int = 1) -> SSMState:
         """The zero SSM state (over the SSM layers) before any token."""
@@ -131,8 +132,8 @@ class Hybrid(CausalLM):
         b, t = tokens.shape
         self.setup_caches(b, t)
         positions = torch.arange(t, device=tokens.device)
-        mask = chain_attention_mask(positions, t, self.lm_head.weight.dtype)
         layout = chain_layout(t, self.spec.conv_kernel, tokens.device)
+        mask = SplitMask(0, layout.mask, causal=True)
         hidden, _, _ = self._run(tokens, positions, positions, mask, self.new_state(b), layout)
         return self.lm_head(hidden)
 
@@ -152,12 +153,12 @@ class Hybrid(CausalLM):
         n, device = tree.size, tokens.device
         if committed_len + n > self.max_seq_len:
             raise InputError(f"tree of {n} nodes after {committed_len} tokens exceeds the cache")
-        mask = tree_attention_mask(tree, committed_len, self.lm_head.weight.dtype, device)
         positions = tree_position_ids(tree, committed_len, device)
         slots = torch.arange(committed_len, committed_len + n, device=device)
         layout = tree_layout(tree, self.spec.conv_kernel, device)
+        mask = SplitMask(committed_len, layout.mask)
         hidden, _, parts = self._run(tokens[None], positions, slots, mask, state, layout)
-        record = TreeRecord(*parts, layout.conv_index, state.ssm, lambda path: (0, list(path)))
+        record = TreeRecord.of_tree(parts, layout.conv_index, state.ssm)
         return self.lm_head(hidden[0]), record
 
     @torch.no_grad()
@@ -166,32 +167,25 @@ class Hybrid(CausalLM):
         """Logits (vocab,) of one token (a 1-element tensor) at position `committed_len`, and the
         SSM state after it; its keys and values go to slot `committed_len`."""
         positions = torch.full((1,), committed_len, device=token.device)
-        mask = chain_attention_mask(positions, committed_len + 1, self.lm_head.weight.dtype)
         layout = chain_layout(1, self.spec.conv_kernel, token.device)
+        mask = SplitMask(committed_len, layout.mask)
         hidden, state, _ = self._run(token.view(1, 1), positions, positions, mask, state, layout)
         return self.lm_head(hidden[0, 0]), state
 
-    @torch.no_grad()
     def compact(self, committed_len: int, accepted_nodes: Sequence[int]) -> None:
         """Move the KV of `accepted_nodes` (root first) into slots committed_len, +1, +2, …"""
-        device = self.lm_head.weight.device
-        src = committed_len + torch.as_tensor(list(accepted_nodes), dtype=torch.long, device=device)
-        dst = torch.arange(committed_len, committed_len + src.numel(), device=device)
-        for attn in self.attentions:
-            attn.kv_cache.k.index_copy_(2, dst, attn.kv_cache.k.index_select(2, src))
-            attn.kv_cache.v.index_copy_(2, dst, attn.kv_cache.v.index_select(2, src))
+        self.kv_cache.compact(committed_len, accepted_nodes)
 
     def _chain(self, tokens: torch.Tensor, state: SSMState) -> tuple[torch.Tensor, SSMState]:
         """A prompt from slot 0, `CHUNK` tokens at a time (causal mask, chain layout)."""
         if self.max_seq_len < tokens.shape[1]:
             raise InputError(f"{tokens.shape[1]} tokens exceed the {self.max_seq_len}-slot cache")
         hidden = []
-        dtype = self.lm_head.weight.dtype
         for start in range(0, tokens.shape[1], CHUNK):
             chunk = tokens[:, start : start + CHUNK]
             positions = torch.arange(start, start + chunk.shape[1], device=tokens.device)
-            mask = chain_attention_mask(positions, start + chunk.shape[1], dtype)
             layout = chain_layout(chunk.shape[1], self.spec.conv_kernel, tokens.device)
+            mask = SplitMask(start, layout.mask, causal=True)
             h, state, _ = self._run(chunk, positions, positions, mask, state, layout)
             hidden.append(h)
         return torch.cat(hidden, dim=1), state
@@ -201,7 +195,7 @@ class Hybrid(CausalLM):
         tokens: torch.Tensor,
         positions: torch.Tensor,
         slots: torch.Tensor,
-        mask: torch.Tensor,
+        mask: SplitMask,
         state: SSMState,
         layout: Layout,
     ) -> tuple[torch.Tensor, SSMState, tuple[torch.Tensor, ...]]:

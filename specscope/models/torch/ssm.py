@@ -74,6 +74,13 @@ class TreeRecord:
     """The SSM state the pass started from, (layers, rows, H, P, N)."""
     locate: Callable[[Sequence[int]], tuple[int, list[int]]]
 
+    @classmethod
+    def of_tree(cls, parts: Sequence[torch.Tensor], conv_index: torch.Tensor,
+                h0: torch.Tensor) -> TreeRecord:
+        """The record of a one-row tree pass (node i in column i) from its stacked per-layer
+        `parts` (log decay, Δ, x, B, conv inputs), its layout's `conv_index` and start state h0."""
+        return cls(*parts, conv_index, h0, lambda path: (0, list(path)))
+
     def state(self, path: Sequence[int]) -> SSMState:
         """The state (batch 1) after the tokens of `path` (root first), from this record."""
         row, cols = self.locate(path)
@@ -108,19 +115,27 @@ def chain_layout(n: int, kernel: int, device: torch.device | str) -> Layout:
     return Layout(mask, index)
 
 
-def tree_layout(tree: Tree, kernel: int, device: torch.device | str) -> Layout:
+def tree_layout(tree: Tree, kernel: int, device: torch.device | str,
+                size: int | None = None) -> Layout:
     """The layout of a tree's nodes: each conv window walks up the node's ancestors (all nodes at
-    once, one parent lookup per window position), then into the committed conv inputs."""
+    once, one parent lookup per window position), then into the committed conv inputs.
+
+    `size` (≥ the tree's size) pads it for static shapes with nodes that see only themselves: an
+    identity mask row and a conv window of their own input, so they change no tree node.
+    """
+    n = tree.size
+    size = size or n
     parents = np.append(tree.parents.astype(np.int64), -1)  # index −1 reads the sentinel −1
-    node = np.arange(tree.size)
-    above = np.zeros(tree.size, dtype=np.int64)  # steps taken above the root so far
-    index = np.empty((tree.size, kernel), dtype=np.int64)
+    node = np.arange(n)
+    above = np.zeros(n, dtype=np.int64)  # steps taken above the root so far
+    index = np.repeat(kernel - 1 + np.arange(size)[:, None], kernel, axis=1)
     for k in range(kernel - 1, -1, -1):
-        index[:, k] = np.where(node >= 0, kernel - 1 + node, kernel - 2 - above)
+        index[:n, k] = np.where(node >= 0, kernel - 1 + node, kernel - 2 - above)
         above += node < 0
         node = np.where(node >= 0, parents[node], -1)
-    mask = torch.from_numpy(tree.ancestor_mask.copy()).to(device)
-    return Layout(mask, torch.from_numpy(index).to(device))
+    mask = np.eye(size, dtype=bool)
+    mask[:n, :n] = tree.ancestor_mask
+    return Layout(torch.from_numpy(mask).to(device), torch.from_numpy(index).to(device))
 
 
 def ssd(
@@ -131,24 +146,24 @@ def ssd(
     c: torch.Tensor,
     h0: torch.Tensor,
     mask: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Masked SSD: outputs of n tokens after state h0, the state after the last token's path, and
-    every token's cumulative log decay L (b, n, H) (what `path_state` needs to commit any node).
+    every token's cumulative log decay L (b, n, H) (what `TreeRecord` needs to commit any token).
 
     x (b, n, H, P), dt (b, n, H), a (H,), b and c (b, n, H, N), h0 (b, H, P, N), mask (n, n).
     With L_i = Σ_{j ∈ anc(i)} Δ_j·A:
     y_i = e^{L_i}·C_i·h0 + Σ_{j ∈ anc(i)} e^{L_i−L_j}·(C_i·B_j)·Δ_j·x_j.
+    Computed per head as batched matrix products over (b, H).
     """
-    log_decay = torch.einsum("ij,bjh->bih", mask.to(dt.dtype), dt * a)
-    gaps = log_decay[:, :, None] - log_decay[:, None, :]
-    decay = gaps.masked_fill(~mask[None, :, :, None], -math.inf).exp()
-    weights = torch.einsum("bihn,bjhn->bijh", c, b) * decay * dt[:, None]
-    y = torch.einsum("bijh,bjhp->bihp", weights, x)
-    y = y + log_decay.exp()[..., None] * torch.einsum("bihn,bhpn->bihp", c, h0)
-    last = decay[:, -1] * dt
-    h = log_decay[:, -1].exp()[..., None, None] * h0
-    h = h + torch.einsum("bjh,bjhp,bjhn->bhpn", last, x, b)
-    return y, h, log_decay
+    log_decay = mask.to(dt.dtype) @ (dt * a)
+    lh, dth = log_decay.transpose(1, 2), dt.transpose(1, 2)  # (b, H, n)
+    xh, bh, ch = x.transpose(1, 2), b.transpose(1, 2), c.transpose(1, 2)  # (b, H, n, ·)
+    decay = (lh[..., :, None] - lh[..., None, :]).masked_fill(~mask, -math.inf).exp()
+    weights = (ch @ bh.transpose(-1, -2)) * decay * dth[..., None, :]  # (b, H, i, j)
+    y = weights @ xh + lh.exp()[..., None] * (ch @ h0.transpose(-1, -2))
+    last = (decay[..., -1, :] * dth)[..., None, :]  # (b, H, 1, n)
+    h = lh[..., -1].exp()[..., None, None] * h0 + (xh.transpose(-1, -2) * last) @ bh
+    return y.transpose(1, 2), h, log_decay
 
 
 def state_dtype(weights: torch.dtype) -> torch.dtype:
@@ -203,12 +218,14 @@ class Mamba2Mixer(nn.Module):
         what it computed per token (enough to commit any token's path, see `TreeRecord`)."""
         z, xbc, dt = self._project(u)
         inputs = torch.cat([conv, xbc.transpose(1, 2)], dim=-1)
-        windows = inputs[:, :, layout.conv_index]
+        windows = inputs.index_select(-1, layout.conv_index.flatten()).unflatten(
+            -1, layout.conv_index.shape)  # (b, conv_dim, n, K)
         xbc = torch.einsum("bcnk,ck->bnc", windows, self.conv1d.weight[:, 0])
         x, b, c = self._split(F.silu(xbc + self.conv1d.bias))
         y, h, log_decay = ssd(x, dt, -self.A_log.exp(), b, c, ssm, layout.mask)
         out = self._output(y, x, z)
-        return out, inputs[:, :, layout.conv_index[-1, 1:]], h, (log_decay, dt, x, b, inputs)
+        # the conv state after the last token: its window without the oldest input
+        return out, windows[:, :, -1, 1:], h, (log_decay, dt, x, b, inputs)
 
     def step(
         self, u: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor
@@ -216,11 +233,12 @@ class Mamba2Mixer(nn.Module):
         """Recurrent form for one token per row, u (b, d_model): output and the next states."""
         z, xbc, dt = self._project(u)
         window = torch.cat([conv, xbc[..., None]], dim=-1)
-        xbc = (window * self.conv1d.weight[:, 0]).sum(-1) + self.conv1d.bias
-        x, b, c = self._split(F.silu(xbc))
-        decay = torch.exp(-dt * self.A_log.exp())
-        h = decay[..., None, None] * ssm + (dt[..., None] * x)[..., None] * b[..., None, :]
-        y = torch.einsum("bhpn,bhn->bhp", h, c)
+        xbc = torch.einsum("bck,ck->bc", window, self.conv1d.weight[:, 0])
+        x, b, c = self._split(F.silu(xbc + self.conv1d.bias))
+        decay = torch.exp(dt * -self.A_log.exp())
+        h = torch.addcmul(decay[..., None, None] * ssm, (dt[..., None] * x)[..., None],
+                          b[..., None, :])
+        y = (h @ c[..., None])[..., 0]
         return self._output(y, x, z), window[..., 1:], h
 
     def _project(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -233,9 +251,10 @@ class Mamba2Mixer(nn.Module):
         xbc = xbc.to(state_dtype(xbc.dtype))
         bc = self.groups * self.d_state
         x, b, c = xbc.split([self.d_inner, bc, bc], dim=-1)
-        per_group = self.heads // self.groups
-        b = b.unflatten(-1, (self.groups, self.d_state)).repeat_interleave(per_group, dim=-2)
-        c = c.unflatten(-1, (self.groups, self.d_state)).repeat_interleave(per_group, dim=-2)
+        # each group's heads share its B and C: a broadcast view (no copy with one group)
+        shape = (*xbc.shape[:-1], self.groups, self.heads // self.groups, self.d_state)
+        b = b.unflatten(-1, (self.groups, 1, self.d_state)).expand(shape).flatten(-3, -2)
+        c = c.unflatten(-1, (self.groups, 1, self.d_state)).expand(shape).flatten(-3, -2)
         return x.unflatten(-1, (self.heads, self.head_dim)), b, c
 
     def _output(self, y: torch.Tensor, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -398,7 +417,7 @@ class Mamba2(CausalLM):
         and the pass's record (commit any node's path with `TreeRecord.state`)."""
         layout = tree_layout(tree, self.spec.conv_kernel, tokens.device)
         hidden, _, parts = self._run(tokens[None], state, layout)
-        record = TreeRecord(*parts, layout.conv_index, state.ssm, lambda path: (0, list(path)))
+        record = TreeRecord.of_tree(parts, layout.conv_index, state.ssm)
         return self.lm_head(hidden[0]), record
 
     @torch.no_grad()

@@ -1,21 +1,29 @@
 """Llama-style decoder built from a `ModelSpec`, with tree verification and KV compaction.
 
 Parameter names and layouts are those of Hugging Face `LlamaForCausalLM`, so a state dict moves
-between the two with `load_state_dict`. The KV cache is preallocated (batch × kv heads × max len ×
-head dim): token slots are written in place. A chain writes position p into slot p; a tree writes
-node i into slot committed_len + i at position committed_len + depth(i), and `compact` moves the
-accepted path back into consecutive slots. Attention (`attention.py`) is split by default: the
-committed prefix read once without a mask, the new tokens among themselves under a small mask,
-merged by log-sum-exp; `tree_attention = "dense"` uses one additive (t, prefix + t) mask instead,
-and `step` (static shapes, for compiling and CUDA graphs) masks the whole static cache. On this
-project's 2-core CPU (tiny-code, 1 thread, prefix 200) split costs 2.50 / 3.40 / 4.34 ms for
-n = 1 / 8 / 16 against dense 2.29 / 3.23 / 4.05 (per-operator overhead dominates such tiny shapes),
-and a 300-token prefill 32.8 ms against 35.6. The public methods run under `torch.no_grad`.
+between the two with `load_state_dict`. The KV cache is one preallocated tensor for all layers
+(layers × 2 × batch × kv heads × max len × head dim) whose slots are written in place. A chain
+writes position p into slot p; a tree writes node i into slot committed_len + i at position
+committed_len + depth(i), and `compact` moves the accepted path back into consecutive slots, in
+every layer at once (one gather, one scatter).
+
+Attention (`attention.py`) is split by default: the committed prefix read once without a mask,
+the new tokens among themselves under a small mask, merged by log-sum-exp; `tree_attention =
+"dense"` uses one additive (t, prefix + t) mask instead. A prompt goes through SDPA's causal path
+in `PREFILL_CHUNK`-token chunks. `step` is the static-shape form for torch.compile and CUDA graphs:
+the whole cache read under a key mask (slot < prefix length), the new tokens' own keys under the
+block mask. On this project's 2-core CPU, whose fused kernel takes a mask at almost no cost,
+split is the slower of the two for tiny models: tiny-code's shape (eager, 1 thread, prefix 200,
+interleaved medians of 600) verifies n = 1 / 8 / 16 nodes in 2.64 / 3.61 / 4.38 ms against dense
+2.33 / 3.16 / 3.97, and decodes a token in 2.73 against 2.37. The split form is for GPUs, where a
+mask keeps SDPA off its flash kernel. The public methods run under `torch.no_grad`, except the
+training pass `forward_sequence`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -38,6 +46,7 @@ from specscope.models.torch.layers import (
 from specscope.models.torch.tree_inputs import (
     chain_attention_mask,
     tree_attention_mask,
+    tree_block_mask,
     tree_position_ids,
 )
 from specscope.tree import Tree
@@ -48,10 +57,13 @@ unmasked prefix."""
 
 
 class KVCache(nn.Module):
-    """Preallocated keys and values of one attention layer: (batch, kv_heads, max_len, head_dim)."""
+    """Preallocated keys and values of a model's attention layers, all in one tensor `kv`
+    (layers, 2, batch, kv_heads, max_len, head_dim): each layer reads and writes its own view
+    (`layer`), and `compact` moves slots of every layer at once."""
 
     def __init__(
         self,
+        layers: int,
         batch: int,
         kv_heads: int,
         max_len: int,
@@ -60,22 +72,53 @@ class KVCache(nn.Module):
         device: torch.device | str,
     ) -> None:
         super().__init__()
-        shape = (batch, kv_heads, max_len, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        shape = (layers, 2, batch, kv_heads, max_len, head_dim)
+        self.register_buffer("kv", torch.zeros(shape, dtype=dtype, device=device),
+                             persistent=False)
+
+    def layer(self, index: int) -> LayerCache:
+        """The keys and values of attention layer `index`."""
+        return LayerCache(self, index)
+
+    @torch.no_grad()
+    def compact(self, committed_len: int, accepted_nodes: Sequence[int]) -> None:
+        """Move the KV of `accepted_nodes` (slots committed_len + node, root first) into slots
+        committed_len, +1, +2, … in every layer."""
+        device = self.kv.device
+        src = committed_len + torch.as_tensor(list(accepted_nodes), dtype=torch.long, device=device)
+        dst = torch.arange(committed_len, committed_len + src.numel(), device=device)
+        self.kv.index_copy_(4, dst, self.kv.index_select(4, src))
+
+
+@dataclass(frozen=True, eq=False)
+class LayerCache:
+    """One attention layer's part of a `KVCache`: k and v (batch, kv_heads, max_len, head_dim)."""
+
+    cache: KVCache
+    index: int
+
+    @property
+    def k(self) -> torch.Tensor:
+        return self.cache.kv[self.index, 0]
+
+    @property
+    def v(self) -> torch.Tensor:
+        return self.cache.kv[self.index, 1]
 
     def update(
         self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (b, kv_heads, t, head_dim) into `slots` (t,); return the first b rows."""
         b = k.shape[0]
-        self.k[:b].index_copy_(2, slots, k)
-        self.v[:b].index_copy_(2, slots, v)
+        layer = torch.full((1,), self.index, device=slots.device)
+        # written through the whole tensor, not this layer's view: torch.compile then updates it
+        # in place (a view's update became a copy of the whole cache)
+        self.cache.kv[layer, :, :b, :, slots] = torch.stack([k, v]).permute(3, 0, 1, 2, 4)
         return self.k[:b], self.v[:b]
 
 
 class Attention(nn.Module):
-    """Grouped-query attention over a `KVCache` (set by `Transformer.setup_caches`)."""
+    """Grouped-query attention over its `LayerCache` (set by the model's `setup_caches`)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -84,7 +127,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(spec.d_model, spec.n_kv_heads * spec.head_dim, bias=False)
         self.v_proj = nn.Linear(spec.d_model, spec.n_kv_heads * spec.head_dim, bias=False)
         self.o_proj = nn.Linear(spec.n_heads * spec.head_dim, spec.d_model, bias=False)
-        self.kv_cache: KVCache | None = None
+        self.kv_cache: LayerCache | None = None
 
     def forward(
         self,
@@ -96,7 +139,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """x (b, t, d_model) → (b, t, d_model); keys and values go to cache `slots`. `mask` is an
         additive (1, 1, t, kv_len) mask over cache slots 0..kv_len−1 (dense), or a `SplitMask`
-        (the committed prefix unmasked, the new tokens among themselves under a small mask)."""
+        (cache slots 0..prefix−1, and the new tokens among themselves under a small mask)."""
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -109,8 +152,9 @@ class Attention(nn.Module):
         elif mask.causal and mask.prefix == 0:
             y = causal_attention(q, k, v)
         else:
-            y = split_attention(q, cache_k[:, :, : mask.prefix], cache_v[:, :, : mask.prefix],
-                                k, v, mask.block)
+            p = mask.prefix
+            y = split_attention(q, cache_k[:, :, :p], cache_v[:, :, :p], k, v, mask.block,
+                                mask.keys)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -162,6 +206,7 @@ class Transformer(CausalLM):
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
         self.tie_weights()
         self.max_seq_len = 0
+        self.kv_cache: KVCache | None = None
         self.tree_attention = "split"
         """"split" (the prefix read once without a mask, the tree block under its own (n, n)
         mask, merged by log-sum-exp) or "dense" (one (n, prefix + n) additive mask)."""
@@ -171,18 +216,14 @@ class Transformer(CausalLM):
         return self.model.embed_tokens
 
     def setup_caches(self, max_batch_size: int = 1, max_seq_len: int | None = None) -> None:
-        """Allocate a zeroed KV cache in every layer, in the dtype and device of the weights."""
+        """Allocate a zeroed KV cache for every layer (one tensor), in the weights' dtype and
+        device."""
         self.max_seq_len = max_seq_len or self.spec.max_seq_len
         weight = self.lm_head.weight
-        for block in self.model.layers:
-            block.self_attn.kv_cache = KVCache(
-                max_batch_size,
-                self.spec.n_kv_heads,
-                self.max_seq_len,
-                self.spec.head_dim,
-                weight.dtype,
-                weight.device,
-            )
+        self.kv_cache = KVCache(self.spec.n_layers, max_batch_size, self.spec.n_kv_heads,
+                                self.max_seq_len, self.spec.head_dim, weight.dtype, weight.device)
+        for i, block in enumerate(self.model.layers):
+            block.self_attn.kv_cache = self.kv_cache.layer(i)
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
@@ -195,20 +236,32 @@ class Transformer(CausalLM):
             kv_len = int(input_pos.max()) + 1
             mask = chain_attention_mask(input_pos, kv_len, self.lm_head.weight.dtype)
         else:
-            t, start = input_pos.numel(), int(input_pos[0])
-            causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
-            mask = SplitMask(start, causal, causal=True)
+            mask = causal_mask(int(input_pos[0]), input_pos.numel(), tokens.device)
         return self._run(tokens, input_pos, input_pos, mask)
 
+    @torch.no_grad()
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits (b, t, vocab) of a prompt (b, t) written into slots 0..t−1, `PREFILL_CHUNK`
-        tokens a pass (the first through SDPA's causal path)."""
+        """Logits (b, t, vocab) of a prompt (b, t) written into slots 0..t−1: SDPA's causal path,
+        `PREFILL_CHUNK` tokens a pass (a later chunk attends to the earlier ones as an unmasked
+        prefix)."""
+        if tokens.shape[1] > self.max_seq_len:
+            raise InputError(f"a {tokens.shape[1]}-token prompt exceeds the "
+                             f"{self.max_seq_len}-slot cache")
         logits = []
         for start in range(0, tokens.shape[1], PREFILL_CHUNK):
             chunk = tokens[:, start : start + PREFILL_CHUNK]
-            logits.append(self(chunk, torch.arange(start, start + chunk.shape[1],
-                                                   device=tokens.device)))
+            positions = torch.arange(start, start + chunk.shape[1], device=tokens.device)
+            mask = causal_mask(start, chunk.shape[1], tokens.device)
+            logits.append(self._run(chunk, positions, positions, mask))
         return torch.cat(logits, dim=1)
+
+    def forward_sequence(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits (b, t, vocab) of windows (b, t) from an empty context in one causal pass,
+        differentiable (training). Allocates fresh caches of t slots."""
+        b, t = tokens.shape
+        self.setup_caches(b, t)
+        positions = torch.arange(t, device=tokens.device)
+        return self._run(tokens, positions, positions, causal_mask(0, t, tokens.device))
 
     @torch.no_grad()
     def forward_tree(self, tokens: torch.Tensor, tree: Tree, committed_len: int) -> torch.Tensor:
@@ -223,21 +276,14 @@ class Transformer(CausalLM):
         if self.tree_attention == "dense":
             mask = tree_attention_mask(tree, committed_len, self.lm_head.weight.dtype, device)
         else:
-            mask = SplitMask(committed_len, torch.from_numpy(tree.ancestor_mask.copy()).to(device))
+            mask = SplitMask(committed_len, tree_block_mask(tree, device))
         positions = tree_position_ids(tree, committed_len, device)
         slots = torch.arange(committed_len, committed_len + n, device=device)
         return self._run(tokens[None], positions, slots, mask)[0]
 
-    @torch.no_grad()
     def compact(self, committed_len: int, accepted_nodes: Sequence[int]) -> None:
         """Move the KV of `accepted_nodes` (root first) into slots committed_len, +1, +2, …"""
-        device = self.lm_head.weight.device
-        src = committed_len + torch.as_tensor(list(accepted_nodes), dtype=torch.long, device=device)
-        dst = torch.arange(committed_len, committed_len + src.numel(), device=device)
-        for block in self.model.layers:
-            cache = block.self_attn.kv_cache
-            cache.k.index_copy_(2, dst, cache.k.index_select(2, src))
-            cache.v.index_copy_(2, dst, cache.v.index_select(2, src))
+        self.kv_cache.compact(committed_len, accepted_nodes)
 
     @torch.no_grad()
     def step(
@@ -251,23 +297,22 @@ class Transformer(CausalLM):
         """Logits (b, t, vocab) of t new tokens in static shapes, for CUDA graphs and compiling.
 
         tokens (b, t) at `positions` (t,) are written to cache `slots` (t,); each attends to the
-        committed slots below `prefix_len` (a 0-d tensor) and to the new tokens that `block_mask`
-        (t, t) allows. No value is read on the host, so one capture serves every context length.
+        committed slots below `prefix_len` (a 0-d long tensor; the whole cache is read under that
+        key mask) and to the new tokens that `block_mask` (t, t) allows (their keys as computed,
+        not read back). No value is read on the host and no shape depends on one, so one capture
+        serves every context length. A padding row (`block_mask` allowing only its diagonal)
+        stays finite and changes no other row.
         """
-        cache = torch.arange(self.max_seq_len, device=tokens.device)
-        allowed = (cache < prefix_len).expand(slots.numel(), -1).clone()
-        allowed[:, slots] |= block_mask
-        dtype = self.lm_head.weight.dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device)
-        return self._run(tokens, positions, slots, mask.masked_fill_(~allowed, float("-inf"))[
-            None, None])
+        keys = torch.arange(self.max_seq_len, device=tokens.device) < prefix_len
+        return self._run(tokens, positions, slots, SplitMask(self.max_seq_len, block_mask,
+                                                             keys[None]))
 
     def _run(
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor,
         slots: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | SplitMask,
     ) -> torch.Tensor:
         if self.max_seq_len == 0:
             raise RuntimeError("call setup_caches before running the model")
@@ -278,3 +323,8 @@ class Transformer(CausalLM):
         return self.lm_head(self.model.norm(x))
 
 
+def causal_mask(prefix: int, t: int, device: torch.device | str) -> SplitMask:
+    """t consecutive tokens after `prefix` cached ones: the prefix unmasked, causal among
+    themselves."""
+    block = torch.ones(t, t, dtype=torch.bool, device=device).tril()
+    return SplitMask(prefix, block, causal=True)

@@ -18,9 +18,14 @@ def tree_attention_mask(
     """Additive mask (1, 1, n, committed_len + n): 0 where a node may attend, −inf elsewhere."""
     n = tree.size
     allowed = torch.ones(n, committed_len + n, dtype=torch.bool, device=device)
-    allowed[:, committed_len:] = torch.tensor(tree.ancestor_mask, device=device)
+    allowed[:, committed_len:] = tree_block_mask(tree, device)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
     return mask.masked_fill_(~allowed, float("-inf"))[None, None]
+
+
+def tree_block_mask(tree: Tree, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Bool (n, n): node i may attend to node j when j is i or one of its ancestors."""
+    return torch.from_numpy(tree.ancestor_mask.copy()).to(device)
 
 
 def tree_position_ids(

@@ -45,7 +45,6 @@ from specscope.atomic import write_atomic, write_text_atomic
 from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Hybrid, Mamba2, Transformer
-from specscope.models.torch.tree_inputs import chain_attention_mask
 from specscope.models.zoo import (
     ZOO_DIR,
     ZOO_TOML,
@@ -151,19 +150,13 @@ def sequence_logits(model: Transformer | Mamba2 | Hybrid, tokens: torch.Tensor) 
     """Logits (b, t, vocab) of windows (b, t) from an empty context, differentiable.
 
     The models' public `prefill` runs under `torch.no_grad`; training needs the same pass with
-    autograd, so this calls their full-sequence pass (`_run` with a causal mask after fresh KV
-    caches, or the chunked SSD `_chain` from the empty state).
+    autograd, so this calls their full-sequence pass (`forward_sequence` after fresh KV caches,
+    or the chunked SSD `_chain` from the empty state).
     """
     if isinstance(model, Mamba2):
         hidden, _ = model._chain(tokens, model.new_state(tokens.shape[0]))
         return model.lm_head(hidden)
-    if isinstance(model, Hybrid):
-        return model.forward_sequence(tokens)
-    b, t = tokens.shape
-    model.setup_caches(b, t)
-    pos = torch.arange(t, device=tokens.device)
-    mask = chain_attention_mask(pos, t, model.lm_head.weight.dtype)
-    return model._run(tokens, pos, pos, mask)
+    return model.forward_sequence(tokens)
 
 
 @torch.no_grad()
