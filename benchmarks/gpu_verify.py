@@ -1,25 +1,31 @@
 """Verification step time against its byte floor, per model shape × context × tree size × runtime.
 
-Run: python benchmarks/gpu_verify.py [--quick] [--models a,b] [--contexts 256,2048]
-     [--ns 1,2,4] [--runtimes eager,graph,compile] [--no-e2e]
+Run: .venv/bin/python benchmarks/gpu_verify.py [--quick] [--device auto] [--models a,b]
+     [--contexts 256,2048] [--ns 1,2,4] [--runtimes eager,graph,compile] [--prefill 2048,8192]
+     [--repeats 20] [--no-e2e] [--merge] [-o FILE]
 
 On a GPU: the catalogue's llama-68m, llama-3.2-1b, llama-3.1-8b, mamba2-2.7b and bamba-9b with
 random bf16 weights, contexts 256, 2048 and 8192, binary trees of n = 1, 2, 4, …, 256 nodes (64 for
-state-space targets), runtimes eager, graph and compile. On a CPU ("runs on CPU too"): the zoo's
-shapes and a 16-fold narrower llama-3.2-1b, float32, contexts 256 and 448, n up to 32, eager and
-compile. Every step is the executor's own path (`CachedModel` / `SSMModel` / `HybridModel`
-`verify` after a prefill of `context` random tokens), timed with CUDA events after warm-up on a
-GPU (`time.perf_counter` on a CPU), median of repeats.
+state-space targets), runtimes eager, graph and compile. On a CPU: the zoo's shapes and
+`llama-3.2-1b/4` (the catalogue model 4-fold narrower and shallower, 32 M parameters), float32,
+contexts 256 and 448, n up to 32, eager and compile. Every step is the executor's own path: the
+`CachedModel` / `SSMModel` / `HybridModel` wrapper's `verify` after a prefill of `context` random
+tokens (each padded bucket compiled or captured on its first, warm-up call), timed with CUDA
+events on a GPU and `time.perf_counter` on a CPU, median of --repeats after warm-up.
 
-byte floor = (weight bytes + K/V or SSM-state bytes of the context) / the copy rate measured in
+byte floor = (weight bytes + the context's K/V or SSM-state bytes) / the copy rate measured in
 the same run (a device-to-device `copy_` of a large buffer, read + write bytes over time): what
-one pass must read at least. The SSM's `commit` (the state after the accepted path from the
-verification's record) is timed beside its verification; prefill of long prompts is timed for the
-Transformers; and, when polars is importable (not on the GPU image), `generate` on the zoo
-(float32, 8 code-edit prompts × 64 tokens) gives end-to-end speedups per runtime.
+one pass must read at least. Beside the steps: the state-space targets' `commit` (the state
+after a root-to-leaf path, taken from the verification's record) at the first context, under the
+last runtime listed that the model runs under; prefill of long prompts for the Transformers
+(eager: the wrappers prefill eagerly under every runtime); and, where polars and PuLP are
+importable (not on the GPU image), `generate` on the zoo (float32, 8 code-edit prompts × 64 new
+tokens, a Sequoia tree of 8, checked lossless) for end-to-end speedups per runtime.
 
-Writes benchmarks/results/gpu_verify-<device>.json as it goes (provenance, copy_GBps, steps,
-prefill, commit, e2e) and prints a table per section.
+Writes benchmarks/results/gpu_verify-<device>.json after every measured group (provenance,
+copy_GBps, steps, prefill, commit, e2e); --merge keeps the rows of an earlier run on the same
+device and torch (re-measured rows replace theirs; its floors are rescaled to this run's copy
+rate), so a GPU sweep can be split over several commands. Prints a table per section.
 """
 
 from __future__ import annotations
@@ -27,46 +33,76 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import gc
+import importlib
 import json
 import re
+import shutil
 import statistics
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from rich.console import Console
+from rich.table import Table
 
 from specscope.atomic import write_text_atomic
-from specscope.executor.runtime import Runtime
+from specscope.errors import InputError
+from specscope.executor.runtime import RUNTIMES, Runtime
 from specscope.executor.targets import CachedModel, HybridModel, Model, SSMModel
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Hybrid, Mamba2, Transformer
+from specscope.models.torch.ssm import state_dtype
 from specscope.models.zoo import zoo_specs
 from specscope.tree import Tree
 
-GPU_MODELS = ("llama-68m", "llama-3.2-1b", "llama-3.1-8b", "mamba2-2.7b", "bamba-9b")
-CPU_MODELS = ("tiny-code-draft", "tiny-code", "llama-3.2-1b/16", "tiny-ssm", "tiny-hybrid")
+GPU = {"models": "llama-68m,llama-3.2-1b,llama-3.1-8b,mamba2-2.7b,bamba-9b",
+       "contexts": "256,2048,8192", "ns": "1,2,4,8,16,32,64,128,256",
+       "runtimes": "eager,graph,compile", "prefill": "2048,8192"}
+CPU = {"models": "tiny-code-draft,tiny-code,llama-3.2-1b/4,tiny-ssm,tiny-hybrid",
+       "contexts": "256,448", "ns": "1,2,4,8,16,32", "runtimes": "eager,compile",
+       "prefill": "256,1024"}
+QUICK = {"models": "tiny-code,tiny-ssm", "contexts": "256", "ns": "1,4", "prefill": "256",
+         "repeats": 5, "e2e_prompts": 2}
+"""--quick: a CI-sized run (options given explicitly still win)."""
+MAX_SSM_N = 64
+"""Largest tree verified on state-space and hybrid targets."""
 E2E = (("tiny-code", "ngram"), ("tiny-code", "draft"), ("tiny-ssm", "ngram"))
+E2E_TREE = ("sequoia", 8)
+E2E_PROMPTS = "builtin:code-edit"
+E2E_NEEDS = ("polars", "pulp")
+"""What `specscope.executor.generate` imports beyond the GPU image."""
+KEYS = {"steps": ("model", "context", "n", "runtime"), "prefill": ("model", "tokens", "runtime"),
+        "commit": ("model", "n"), "e2e": ("model", "drafter", "tree", "runtime", "dtype")}
+"""The fields that identify a row of each section: a re-measured row replaces its namesake."""
+console = Console(width=150)
 
 
 def spec_of(name: str) -> ModelSpec:
-    """A catalogue or zoo spec; "<name>/k" is the catalogue model k-fold narrower (width, heads,
-    MLP and vocabulary; a quarter of its layers), for CPU runs of a family's shape."""
+    """A catalogue or zoo spec. "<transformer>/k" is that catalogue Transformer k-fold smaller in
+    width, heads, MLP, vocabulary and layers, with its head size kept: the family's shape at a
+    size a CPU runs."""
     if "/" not in name:
         zoo = zoo_specs()
         return zoo[name] if name in zoo else get_model(name)
-    base, k = name.split("/")
-    s, k = get_model(base), int(k)
-    return dataclasses.replace(s, name=name, n_layers=max(2, s.n_layers // 4),
-                               d_model=s.d_model // k, n_heads=max(1, s.n_heads // 4),
-                               n_kv_heads=max(1, s.n_kv_heads // 4), d_ff=s.d_ff // k,
-                               vocab_size=s.vocab_size // k)
+    base, _, factor = name.partition("/")
+    s = get_model(base)
+    if s.arch != "transformer" or not factor.isdigit() or int(factor) < 1:
+        raise InputError(f"{name}: '<model>/k' needs a catalogue Transformer and an integer k ≥ 1")
+    k = int(factor)
+    return dataclasses.replace(
+        s, name=name, n_layers=max(2, s.n_layers // k), d_model=s.d_model // k,
+        n_heads=max(1, s.n_heads // k), n_kv_heads=max(1, s.n_kv_heads // k),
+        d_ff=s.d_ff // k, vocab_size=s.vocab_size // k)
 
 
 def build(spec: ModelSpec, runtime: Runtime, max_len: int) -> Model:
-    """Random weights of `spec` wrapped as the executor runs them, with room for `max_len`."""
+    """Random weights of `spec` (seed 0) wrapped as the executor runs them, with room for
+    `max_len` tokens (a static cache of exactly that size: the static step reads all of it)."""
     spec = dataclasses.replace(spec, max_seq_len=max(spec.max_seq_len, max_len))
     cls = {"transformer": Transformer, "ssm": Mamba2, "hybrid": Hybrid}[spec.arch]
     model = cls.random(spec, seed=0, dtype=runtime.dtype, device=runtime.device)
@@ -78,7 +114,8 @@ def build(spec: ModelSpec, runtime: Runtime, max_len: int) -> Model:
 
 
 def timer(runtime: Runtime, fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
-    """Median milliseconds of `fn` after warm-up: CUDA events on a GPU, perf_counter on a CPU."""
+    """Median milliseconds of `fn` after `warmup` calls: CUDA events on a GPU, perf_counter on a
+    CPU."""
     for _ in range(warmup):
         fn()
     times = []
@@ -91,109 +128,172 @@ def timer(runtime: Runtime, fn: Callable[[], object], repeats: int, warmup: int 
             end.synchronize()
             times.append(start.elapsed_time(end))
         else:
-            t0 = time.perf_counter()
+            start_s = time.perf_counter()
             fn()
-            times.append(1e3 * (time.perf_counter() - t0))
+            times.append(1e3 * (time.perf_counter() - start_s))
     return statistics.median(times)
 
 
 def copy_rate(runtime: Runtime) -> float:
-    """GB/s of a device-to-device copy, read + write bytes counted (median of 10)."""
+    """GB/s of a device-to-device copy of a buffer larger than any cache, read + write bytes
+    counted (median of 10)."""
     size = (1 << 28) if runtime.device.type == "cuda" else (1 << 26)
-    src = torch.empty(size, dtype=torch.uint8, device=runtime.device)
+    src = torch.ones(size, dtype=torch.uint8, device=runtime.device)
     dst = torch.empty_like(src)
     ms = timer(runtime, lambda: dst.copy_(src), 10)
     return 2 * size / (ms * 1e-3) / 1e9
 
 
-def read_bytes(wrapped: Model, context: int) -> int:
-    """Bytes one verification must read at least: weights, and the context's K/V or SSM state."""
-    model, spec = wrapped.model, wrapped.model.spec
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    size = torch.finfo(wrapped.runtime.dtype).bits // 8
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a model's parameters (tied ones once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def context_bytes(spec: ModelSpec, dtype: torch.dtype, context: int) -> int:
+    """Bytes a step reads for the committed prefix: keys and values of `context` tokens in every
+    attention layer, and the recurrent state (conv inputs in `dtype`, SSM state in its
+    `state_dtype`) of every SSM layer."""
+    size = torch.finfo(dtype).bits // 8
     kinds = spec.layer_kinds
     kv = kinds.count("attn") * 2 * spec.n_kv_heads * spec.head_dim * context * size
-    state = 0
-    if "ssm" in kinds:
-        conv_dim = spec.d_inner + 2 * spec.ssm_groups * spec.d_state
-        per_layer = conv_dim * (spec.conv_kernel - 1) * size + spec.d_inner * spec.d_state * 4
-        state = kinds.count("ssm") * per_layer
-    return weights + kv + state
+    conv_dim = spec.d_inner + 2 * spec.ssm_groups * spec.d_state
+    ssm_size = torch.finfo(state_dtype(dtype)).bits // 8
+    state = (conv_dim * (spec.conv_kernel - 1) * size
+             + spec.ssm_heads * spec.ssm_head_dim * spec.d_state * ssm_size)
+    return kv + kinds.count("ssm") * state
+
+
+def floor_ms(read: int, copy_gbps: float) -> float:
+    """Milliseconds to read `read` bytes once at `copy_gbps` (GB/s)."""
+    return read / (copy_gbps * 1e9) * 1e3
 
 
 def binary_tree(n: int) -> Tree:
-    """A complete binary tree of n nodes in BFS order."""
+    """A complete binary tree of n nodes in BFS order (parent of i: (i − 1) // 2)."""
     return Tree.from_parents([-1] + [(i - 1) // 2 for i in range(1, n)])
 
 
-class Results:
-    """The JSON file, rewritten atomically after every measured group."""
-
-    def __init__(self, path: Path, runtime: Runtime, copy_gbps: float) -> None:
-        self.path = path
-        driver = ""
-        if runtime.device.type == "cuda":
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
-                                     "--format=csv,noheader"], capture_output=True,
-                                    text=True, check=False).stdout.strip()
-        cpu = next((line.split(":", 1)[1].strip() for line in
-                    Path("/proc/cpuinfo").read_text().splitlines()
+def provenance(runtime: Runtime) -> dict[str, str]:
+    """Device (GPU name, or CPU model and threads), driver, torch version and today's date."""
+    driver = ""
+    if runtime.device.type == "cuda":
+        device = torch.cuda.get_device_name(runtime.device)
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            driver = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, check=False).stdout
+            driver = driver.strip().splitlines()[0] if driver.strip() else ""
+        driver = f"{driver} (CUDA {torch.version.cuda})".strip()
+    else:
+        cpuinfo = Path("/proc/cpuinfo")
+        lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+        cpu = next((line.split(":", 1)[1].strip() for line in lines
                     if line.startswith("model name")), "cpu")
-        device = (torch.cuda.get_device_name(runtime.device) if runtime.device.type == "cuda"
-                  else f"{cpu}, {torch.get_num_threads()} thread(s)")
-        self.data = {"provenance": {"device": device, "driver": driver,
-                                    "torch": torch.__version__,
-                                    "date": datetime.date.today().isoformat()},
-                     "copy_GBps": copy_gbps, "steps": [], "prefill": [], "commit": [],
-                     "e2e": []}
+        device = f"{cpu}, {torch.get_num_threads()} thread(s)"
+    return {"device": device, "driver": driver, "torch": torch.__version__,
+            "date": datetime.date.today().isoformat()}
+
+
+def device_slug(runtime: Runtime) -> str:
+    """The result file's device name: "cpu", or the GPU's model ("h100", "h200", …) or its
+    name as a slug."""
+    if runtime.device.type != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name(runtime.device).lower()
+    known = re.search(r"\b(gh200|b200|[ahl]\d{2,3})\b", name)
+    return known.group(1) if known else re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+
+
+class Results:
+    """The result file's content, rewritten atomically after every row."""
+
+    def __init__(self, path: Path, prov: dict[str, str], copy_gbps: float,
+                 merge: bool = False) -> None:
+        """With `merge`, start from the rows of the file at `path` (same device and torch),
+        their floors rescaled to `copy_gbps`."""
+        self.path = path
+        self.data: dict = {"provenance": prov, "copy_GBps": copy_gbps,
+                           **{section: [] for section in KEYS}}
+        if merge and path.exists():
+            old = json.loads(path.read_text())
+            was = old["provenance"]
+            if (was["device"], was["torch"]) != (prov["device"], prov["torch"]):
+                raise InputError(f"{path}: measured on {was['device']} with torch {was['torch']}"
+                                 f", not this run's {prov['device']} with torch "
+                                 f"{prov['torch']}; run without --merge")
+            for section in KEYS:
+                self.data[section] = old[section]
+            for row in self.data["steps"]:
+                row["floor_ms"] *= old["copy_GBps"] / copy_gbps
 
     def add(self, section: str, row: dict) -> None:
-        self.data[section].append(row)
+        """Add `row` to `section` (replacing the row with the same key) and write the file."""
+        key = [row[k] for k in KEYS[section]]
+        rows = [r for r in self.data[section] if [r[k] for k in KEYS[section]] != key]
+        self.data[section] = [*rows, row]
         write_text_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
 
 
+def release() -> None:
+    """Drop compiled versions, captured graphs and cached device memory of the last group."""
+    torch.compiler.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def measure_steps(args: argparse.Namespace, base: Runtime, out: Results) -> None:
-    """Step ms and floor per model × context × runtime × n; SSM commits; prefill."""
-    gbps = out.data["copy_GBps"]
-    for name in args.models.split(","):
+    """Step ms and floor per model × runtime × context × n, and commit rows of SSM and hybrid
+    targets at the first context. A KV-cached model is built per context (its static cache
+    sized to it); a state-space model once per runtime, so each bucket compiles once."""
+    for name in args.models:
         spec = spec_of(name)
-        ns = [n for n in args.ns if spec.arch == "transformer" or n <= args.max_ssm_n]
-        for context in args.contexts:
-            for kind in args.runtimes.split(","):
-                runtime = dataclasses.replace(base, kind=kind)
-                if spec.arch == "hybrid" and kind != "eager":
-                    print(f"{name}: hybrid targets run eager only; {kind} skipped")
-                    continue
-                wrapped = build(spec, runtime, context + max(ns) + 1)
-                wrapped.prepare(max(ns))
-                generator = torch.Generator().manual_seed(0)
-                prompt = torch.randint(0, spec.vocab_size, (context + 1,), generator=generator)
-                wrapped.prefill(prompt, context + max(ns) + 1)
-                floor = read_bytes(wrapped, context) / (gbps * 1e9) * 1e3
-                for n in ns:
-                    tree, tokens = binary_tree(n), torch.arange(n) % spec.vocab_size
-                    ms = timer(runtime, lambda t=tree, x=tokens, w=wrapped: w.verify(x, t),
-                               args.repeats)
-                    out.add("steps", {"model": name, "context": context, "n": n,
-                                      "runtime": kind, "ms": ms, "floor_ms": floor})
-                    first = kind == args.runtimes.split(",")[0] and context == args.contexts[0]
-                    if isinstance(wrapped, SSMModel | HybridModel) and first:
-                        out.add("commit", commit_row(wrapped, tree, tokens, name, ms, runtime,
-                                                     args.repeats))
-                del wrapped
-        if spec.arch == "transformer":
-            for tokens in args.prefill:
-                wrapped = build(spec, base, tokens + 2)
-                prompt = torch.arange(tokens + 1) % spec.vocab_size
-                ms = timer(base, lambda w=wrapped, p=prompt, t=tokens: w.prefill(p, t + 2),
-                           max(3, args.repeats // 5), warmup=1)
-                out.add("prefill", {"model": name, "tokens": tokens, "runtime": "eager",
-                                    "ms": ms})
+        ns = [n for n in args.ns if spec.arch == "transformer" or n <= MAX_SSM_N]
+        if not ns:
+            continue
+        for kind in args.runtimes:
+            runtime = dataclasses.replace(base, kind=kind)
+            wrapped = None
+            for context in args.contexts:
+                if wrapped is None or spec.arch != "ssm":
+                    wrapped = None
+                    release()
+                    longest = max(args.contexts) if spec.arch == "ssm" else context
+                    try:
+                        wrapped = build(spec, runtime, longest + max(ns) + 1)
+                    except InputError as exc:
+                        console.print(f"{name} {kind}: skipped ({exc})")
+                        break
+                steps_at(wrapped, spec, name, context, ns, args, out)
+            wrapped = None
+            release()
+
+
+def steps_at(wrapped: Model, spec: ModelSpec, name: str, context: int, ns: Sequence[int],
+             args: argparse.Namespace, out: Results) -> None:
+    """Prefill `context` random tokens (seeded), then time the verification of each tree size
+    (and, at the first context, the SSM commit after it)."""
+    runtime, capacity = wrapped.runtime, context + max(ns) + 1
+    generator = torch.Generator().manual_seed(0)
+    wrapped.prefill(torch.randint(0, spec.vocab_size, (context + 1,), generator=generator),
+                    capacity)
+    read = weight_bytes(wrapped.model) + context_bytes(spec, runtime.dtype, context)
+    start, setup = time.perf_counter(), wrapped.setup_s
+    for n in ns:
+        tree, tokens = binary_tree(n), torch.arange(n) % spec.vocab_size
+        ms = timer(runtime, lambda x=tokens, t=tree: wrapped.verify(x, t), args.repeats)
+        out.add("steps", {"model": name, "context": context, "n": n, "runtime": runtime.kind,
+                          "ms": ms, "floor_ms": floor_ms(read, out.data["copy_GBps"])})
+        if spec.arch != "transformer" and context == args.contexts[0]:
+            out.add("commit", commit_row(wrapped, tree, tokens, name, ms, args.repeats))
+    console.print(f"{name} context {context} {runtime.kind}: {time.perf_counter() - start:.1f} s,"
+                  f" of which {wrapped.setup_s - setup:.1f} s compiling or capturing")
 
 
 def commit_row(wrapped: SSMModel | HybridModel, tree: Tree, tokens: torch.Tensor, name: str,
-               verify_ms: float, runtime: Runtime, repeats: int) -> dict:
-    """Ms of committing the deepest root-to-leaf path after a verification of `tree`."""
+               verify_ms: float, repeats: int) -> dict:
+    """Ms of committing the deepest root-to-leaf path of `tree` after verifying it (the state is
+    put back after every commit, so each one starts from the same verification)."""
     path = tree.path(tree.size - 1)
     state, committed = wrapped.state, wrapped.committed
     wrapped.verify(tokens, tree)
@@ -202,90 +302,177 @@ def commit_row(wrapped: SSMModel | HybridModel, tree: Tree, tokens: torch.Tensor
         wrapped.state, wrapped.committed = state, committed
         wrapped.commit(tokens, path)
 
-    ms = timer(runtime, commit, repeats)
+    ms = timer(wrapped.runtime, commit, repeats)
     wrapped.state, wrapped.committed = state, committed
     return {"model": name, "n": tree.size, "commit_ms": ms, "verify_ms": verify_ms}
 
 
+def measure_prefill(args: argparse.Namespace, base: Runtime, out: Results) -> None:
+    """Ms of prefilling each --prefill length on every Transformer model (eager, as the wrappers
+    prefill under every runtime)."""
+    runtime = dataclasses.replace(base, kind="eager")
+    for name in args.models:
+        spec = spec_of(name)
+        if spec.arch != "transformer":
+            continue
+        for tokens in args.prefill:
+            wrapped = build(spec, runtime, tokens + 1)
+            prompt = torch.arange(tokens + 1) % spec.vocab_size
+            ms = timer(runtime, lambda w=wrapped, p=prompt, t=tokens: w.prefill(p, t + 1),
+                       max(3, args.repeats // 5), warmup=1)
+            out.add("prefill", {"model": name, "tokens": tokens, "runtime": "eager", "ms": ms})
+            del wrapped
+            release()
+
+
+def missing(modules: Sequence[str]) -> list[str]:
+    """The named modules that cannot be imported here."""
+    lacking = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            lacking.append(module)
+    return lacking
+
+
 def measure_e2e(args: argparse.Namespace, base: Runtime, out: Results) -> None:
-    """`generate` on the zoo per drafter and runtime (float32), when polars is importable."""
-    try:
-        from specscope.executor.generate import generate
-    except ImportError as exc:
-        print(f"end-to-end runs skipped: {exc}")
+    """`generate` on the zoo per drafter and runtime in float32, checked lossless (skipped with
+    a note where polars or PuLP is missing)."""
+    lacking = missing(E2E_NEEDS)
+    if lacking:
+        console.print(f"end-to-end runs skipped: generate needs {', '.join(lacking)}")
         return
+    from specscope.executor.generate import generate
+
+    algo, budget = E2E_TREE
     for model, drafter in E2E:
-        for kind in args.runtimes.split(","):
+        for kind in args.runtimes:
             runtime = Runtime(base.device, torch.float32, kind)
-            r = generate(model, drafter, "builtin:code-edit", n=args.e2e_prompts, max_new=64,
-                         algo="sequoia", budget=8, verify_lossless=True, runtime=runtime)
-            out.add("e2e", {"model": model, "drafter": drafter, "tree": "sequoia n=8",
+            r = generate(model, drafter, E2E_PROMPTS, n=args.e2e_prompts, max_new=64, algo=algo,
+                         budget=budget, verify_lossless=True, runtime=runtime)
+            out.add("e2e", {"model": model, "drafter": drafter, "tree": f"{algo} n={budget}",
                             "runtime": kind, "dtype": "float32", "speedup": r.speedup,
                             "lossless": r.lossless})
+            release()
 
 
-def print_tables(data: dict) -> None:
-    """Each section as a plain table."""
-    print(f"\ncopy rate {data['copy_GBps']:.1f} GB/s ({data['provenance']['device']})")
-    print(f"{'model':18} {'context':>7} {'runtime':>8} {'n':>4} {'ms':>9} {'floor ms':>9} "
-          f"{'×floor':>7} {'t(n)/t(1)':>9}")
-    first = {}
-    for s in data["steps"]:
-        key = (s["model"], s["context"], s["runtime"])
-        first.setdefault(key, s["ms"])
-        print(f"{s['model']:18} {s['context']:7d} {s['runtime']:>8} {s['n']:4d} {s['ms']:9.3f} "
-              f"{s['floor_ms']:9.3f} {s['ms'] / s['floor_ms']:7.1f} {s['ms'] / first[key]:9.2f}")
-    for p in data["prefill"]:
-        print(f"prefill {p['model']:18} {p['tokens']:6d} tokens {p['ms']:9.1f} ms")
-    for c in data["commit"]:
-        print(f"commit {c['model']:18} n={c['n']:3d} commit {c['commit_ms']:.3f} ms, verify "
-              f"{c['verify_ms']:.3f} ms ({c['commit_ms'] / c['verify_ms']:.1%})")
-    for e in data["e2e"]:
-        print(f"e2e {e['model']:10} {e['drafter']:6} {e['tree']:12} {e['runtime']:8} "
-              f"{e['speedup']:.2f}× lossless={e['lossless']}")
+def tables(data: dict) -> list[Table]:
+    """One table per non-empty section of a result file."""
+    out = []
+    prov = data["provenance"]
+    steps = Table(title=f"verification step: {prov['device']}, torch {prov['torch']}, copy "
+                        f"{data['copy_GBps']:.1f} GB/s", title_justify="left")
+    for col in ("model", "context", "runtime", "n", "ms", "floor ms", "× floor", "t(n)/t(1)"):
+        steps.add_column(col, justify="left" if col in ("model", "runtime") else "right")
+    models = list(dict.fromkeys(s["model"] for s in data["steps"]))
+
+    def group(s: dict) -> tuple:
+        return models.index(s["model"]), s["context"], RUNTIMES.index(s["runtime"])
+
+    rows = sorted(data["steps"], key=lambda s: (*group(s), s["n"]))
+    one = {group(s): s["ms"] for s in rows if s["n"] == 1}
+    for i, s in enumerate(rows):
+        base = one.get(group(s))
+        steps.add_row(s["model"], str(s["context"]), s["runtime"], str(s["n"]), f"{s['ms']:.3f}",
+                      f"{s['floor_ms']:.3f}", f"{s['ms'] / s['floor_ms']:.2f}",
+                      f"{s['ms'] / base:.2f}" if base else "",
+                      end_section=i + 1 < len(rows) and group(rows[i + 1]) != group(s))
+    out.append(steps)
+    if data["prefill"]:
+        prefill = Table(title="prefill", title_justify="left")
+        for col in ("model", "tokens", "runtime", "ms", "tokens/s"):
+            prefill.add_column(col, justify="left" if col in ("model", "runtime") else "right")
+        for p in data["prefill"]:
+            prefill.add_row(p["model"], str(p["tokens"]), p["runtime"], f"{p['ms']:.1f}",
+                            f"{p['tokens'] / p['ms'] * 1e3:,.0f}")
+        out.append(prefill)
+    if data["commit"]:
+        commit = Table(title="SSM commit (state after a root-to-leaf path) beside verification",
+                       title_justify="left")
+        for col in ("model", "n", "commit ms", "verify ms", "commit / verify"):
+            commit.add_column(col, justify="left" if col == "model" else "right")
+        for c in data["commit"]:
+            commit.add_row(c["model"], str(c["n"]), f"{c['commit_ms']:.3f}",
+                           f"{c['verify_ms']:.3f}", f"{c['commit_ms'] / c['verify_ms']:.1%}")
+        out.append(commit)
+    if data["e2e"]:
+        e2e = Table(title=f"end to end: generate, {E2E_PROMPTS}, 64 new tokens",
+                    title_justify="left")
+        for col in ("model", "drafter", "tree", "runtime", "dtype", "speedup", "lossless"):
+            e2e.add_column(col, justify="right" if col == "speedup" else "left")
+        for e in data["e2e"]:
+            e2e.add_row(e["model"], e["drafter"], e["tree"], e["runtime"], e["dtype"],
+                        f"{e['speedup']:.2f}×", str(e["lossless"]))
+        out.append(e2e)
+    return out
 
 
-def main() -> None:
+def ints(text: str) -> list[int]:
+    """A comma-separated list of positive integers ("" is none)."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not all(v.isdigit() and int(v) > 0 for v in values):
+        raise InputError(f"expected comma-separated positive integers, got {text!r}")
+    return [int(v) for v in values]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, Runtime]:
+    """Options, with device-dependent defaults (GPU or CPU shapes; --quick shrinks what is not
+    given), and the base runtime (device and dtype)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, else float32")
-    parser.add_argument("--models", default=None)
-    parser.add_argument("--contexts", default=None)
-    parser.add_argument("--ns", default=None)
-    parser.add_argument("--runtimes", default=None)
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--e2e-prompts", type=int, default=8)
-    parser.add_argument("--no-e2e", action="store_true")
+    parser.add_argument("--models", default=None, help="catalogue, zoo or '<transformer>/k'")
+    parser.add_argument("--contexts", default=None, help="committed tokens before the tree")
+    parser.add_argument("--ns", default=None, help="tree sizes (binary trees)")
+    parser.add_argument("--runtimes", default=None, help="eager, graph (CUDA), compile")
+    parser.add_argument("--prefill", default=None, help="prompt lengths to time ('' for none)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed calls (median)")
+    parser.add_argument("--e2e-prompts", type=int, default=None, help="prompts per e2e run")
+    parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end runs")
     parser.add_argument("--quick", action="store_true", help="a CI-sized run")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows of an earlier run in the output file")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("-o", "--output", default=None)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    parser.add_argument("-o", "--output", default=None, help="result file")
+    args = parser.parse_args(argv)
     cuda = args.device != "cpu" and torch.cuda.is_available()
-    base = Runtime.resolve(args.device, args.dtype or ("bfloat16" if cuda else "float32"),
-                           "eager")
-    args.models = args.models or ",".join(GPU_MODELS if cuda else CPU_MODELS)
-    args.contexts = [int(c) for c in (args.contexts or ("256,2048,8192" if cuda else "256,448"))
-                     .split(",")]
-    args.ns = [int(n) for n in (args.ns or ("1,2,4,8,16,32,64,128,256" if cuda
-                                            else "1,2,4,8,16,32")).split(",")]
-    args.max_ssm_n = 64
-    args.runtimes = args.runtimes or ("eager,graph,compile" if cuda else "eager,compile")
-    args.prefill = [2048, 8192] if cuda else [256]
-    if args.quick:
-        args.models, args.contexts, args.ns = "tiny-code,tiny-ssm", args.contexts[:1], [1, 4]
-        args.repeats, args.e2e_prompts, args.prefill = 5, 2, args.prefill[:1]
-    slug = re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-") if cuda \
-        else "cpu"
-    slug = next((g for g in ("h100", "h200", "a100") if g in slug), slug)
-    out = Results(Path(args.output or f"benchmarks/results/gpu_verify-{slug}.json"), base,
-                  copy_rate(base))
+    base = Runtime.resolve(args.device, args.dtype or ("bfloat16" if cuda else "float32"))
+    defaults = {**(GPU if cuda else CPU), "repeats": 20, "e2e_prompts": 8,
+                **(QUICK if args.quick else {})}
+    for option, value in defaults.items():
+        if getattr(args, option) is None:
+            setattr(args, option, value)
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    args.contexts, args.ns, args.prefill = ints(args.contexts), ints(args.ns), ints(args.prefill)
+    args.runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    for kind in args.runtimes:  # checks each runtime against the device
+        Runtime.resolve(str(base.device), base.dtype_name, kind)
+    if not (args.models and args.contexts and args.ns and args.runtimes) or args.repeats < 1:
+        raise InputError("give at least one model, context, tree size and runtime, and "
+                         "--repeats ≥ 1")
+    return args, base
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the benchmark; returns the result file's path."""
+    args, base = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    path = Path(args.output or f"benchmarks/results/gpu_verify-{device_slug(base)}.json")
+    out = Results(path, provenance(base), copy_rate(base), args.merge)
     measure_steps(args, base, out)
+    measure_prefill(args, base, out)
     if not args.no_e2e:
         measure_e2e(args, base, out)
-    print_tables(out.data)
-    print(f"wrote {out.path}")
+    for table in tables(out.data):
+        console.print(table)
+    console.print(f"wrote {out.path}")
+    return out.path
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except InputError as exc:  # bad options: one line, exit 2 (as the CLI does)
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
