@@ -28,6 +28,10 @@ app.add_typer(zoo_app, name="zoo")
 console = Console()
 
 Hw = Annotated[str, typer.Option("--hw", help="Hardware profile (a100, h100, h200, ...).")]
+PricedRuntime = Annotated[str | None, typer.Option(
+    "--runtime", help="eager, graph or compile (default: the profile's own).")]
+TreeAttention = Annotated[str, typer.Option(
+    "--tree-attention", help="split (prefix read once) or dense (one (n, prefix + n) mask).")]
 
 
 def _csv_ints(text: str, option: str) -> list[int]:
@@ -62,23 +66,60 @@ def cost(
     weight_bits: Annotated[int | None, typer.Option(help="16, 8 or 4.")] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     group_size: Annotated[int, typer.Option(help="Weights per 4-bit quantisation group.")] = 128,
+    runtime: PricedRuntime = None,
+    tree_attention: TreeAttention = "split",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Step time of one forward pass on a hardware profile, with the per-operator breakdown."""
+    """Step time of one forward pass on a hardware profile and runtime, with the per-operator
+    breakdown (context 0 prices a prompt of --new-tokens tokens)."""
     from specscope.hw_profiles import CostModel, load_profile
     from specscope.models import get_model
 
     cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
-                   group_size=group_size)
+                   group_size=group_size, runtime=runtime, tree_attention=tree_attention)
     report = cm.report(batch, new_tokens, context)
     if as_json:
         _emit(report, True, None)
         return
-    console.print(cost_table(report, f"{model} on {hw}: batch {batch}, {new_tokens} new "
-                                     f"tokens, context {context}"))
+    console.print(cost_table(report, f"{model} on {hw} ({report['runtime']}, "
+                                     f"{tree_attention} attention): batch {batch}, "
+                                     f"{new_tokens} new tokens, context {context}"))
     console.print(f"step time {report['step_time_ms']:.3f} ms ({report['source']}); "
                   f"memory {report['memory_gb']:.1f} GB"
                   + ("" if report["fits"] else " — does NOT fit in device memory"))
+
+
+@app.command("profile-hw")
+def profile_hw(
+    name: Annotated[str, typer.Option(help="Profile name (--hw NAME finds it afterwards).")],
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    runtime: Annotated[list[str] | None, typer.Option(
+        help="eager, graph (cuda), compile; repeat or comma-separate (default: all the device "
+             "runs).")] = None,
+    quick: Annotated[bool, typer.Option(help="A small grid (under ~2.5 minutes on 2 CPU "
+                                             "cores).")] = False,
+    threads: Annotated[int, typer.Option(help="torch CPU threads (the executor benchmarks and "
+                                              "the demo run 1).")] = 1,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Profile TOML to write "
+                                                "(default: the user profile directory).")] = None,
+) -> None:
+    """Measure this machine's step times, fit each runtime's cost terms, write a profile."""
+    from specscope.hw_profiles.calibrate import profile_hw as run_profile_hw
+
+    runtimes = [r.strip() for item in runtime or [] for r in item.split(",") if r.strip()]
+    command = (f"specscope profile-hw --name {name} --device {device} --threads {threads}"
+               + "".join(f" --runtime {r}" for r in runtimes) + (" --quick" if quick else ""))
+    with _progress("profiling") as bar:
+        task = bar.add_task("profiling", total=None)
+        result = run_profile_hw(
+            name, device, runtimes, quick, threads, output,
+            progress=lambda done, total, _: bar.update(task, completed=done, total=total),
+            command=command)
+    for fit in result.fits.values():
+        console.print(f"{fit.runtime}: held-out error median {fit.heldout_median_rel_err:.1%}, "
+                      f"max {fit.heldout_max_rel_err:.1%} ({fit.held_out} points; "
+                      f"{fit.points} fitted)")
+    console.print(f"wrote {result.path} in {result.wall_s:.0f} s; use it with --hw {name}")
 
 
 @trace_app.command("synth")
@@ -268,10 +309,12 @@ def optimize_tree(
         help="Map DySpec's draft scores to acceptance by a monotone fit.")] = True,
     eagle_beam: Annotated[int, typer.Option(help="EAGLE-2 nodes expanded per level.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed for fitted predictors.")] = 0,
+    runtime: PricedRuntime = None,
+    tree_attention: TreeAttention = "split",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
 ) -> None:
-    """Best draft tree per method for this hardware, target, drafter and acceptance."""
+    """Best draft tree per method for this hardware, runtime, target, drafter and acceptance."""
     from specscope.optimizers.compare import MethodOptions
     from specscope.optimizers.run import OptimizeRequest, run_optimize
 
@@ -297,6 +340,8 @@ def optimize_tree(
             eagle_beam=eagle_beam,
             seed=seed,
         ),
+        runtime=runtime,
+        tree_attention=tree_attention,
     )
     result = run_optimize(request)
     _emit(result.to_dict(), as_json, output)

@@ -1,12 +1,23 @@
-"""`CostModel`: seconds per forward pass and per tree verification on a hardware profile.
+"""`CostModel`: seconds per forward and per tree verification on a hardware profile and runtime.
 
-Per operator, time = max(FLOPs / (peak × compute_eff), bytes / (bandwidth × memory_eff)); the
-forward adds a fixed per-step and per-layer overhead, the dequantisation of 8/4-bit weights
-(seconds per weight element, once per tile of tokens) and, under tensor parallelism, one ring
-all-reduce after every row-parallel projection (latency + 2(k−1)/k × bytes / link bandwidth).
-When the profile holds a measured t(n) table for this model, batch, weight bits and tp, measured
-points win (linear interpolation in n, scaled by the roofline's ratio for a different context),
-and beyond the table the roofline is scaled to meet its nearest measured point.
+Per operator, the device time combines memory time (bytes over bandwidth × the efficiency of its
+operator class) and compute time (FLOPs over peak × efficiency) as the runtime's `blend` says
+(`runtime.py`); the device adds a fixed per-step and per-layer time, the dequantisation of 8/4-bit
+weights (seconds per weight element, once per tile of tokens) and, under tensor parallelism, one
+ring all-reduce after every row-parallel projection (latency + 2(k−1)/k × bytes / link
+bandwidth). The host needs its own time to issue the forward (the runtime's `host_*` terms): on a
+GPU the two overlap and the step takes the longer, on a CPU they add.
+
+Verification attention is priced as it runs: `split` reads the committed prefix once without a
+mask and the tree block under its (n, n) mask; `dense` (one (n, prefix + n) additive mask, as
+some engines and the shared H100 rows do) reads the prefix through the masked multi-query kernel
+once n ≥ 2. A forward with context 0 is a prompt (prefill): its GEMMs and attention run at the
+runtime's `prefill_compute_eff`, and a split (flash, causal) prompt skips the masked half of its
+attention.
+
+When the profile holds a measured t(n) table for this model, batch, weight bits, tp and runtime,
+measured points win (linear interpolation in n, scaled by the formula's ratio for a different
+context), and beyond the table the formula is scaled to meet its nearest measured point.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.hw_profiles.profile import HardwareProfile
+from specscope.hw_profiles.runtime import RuntimeParams
 from specscope.models.ops import (
     SSM_VERIFY,
     OpCost,
@@ -31,6 +43,8 @@ from specscope.models.ops import (
 from specscope.models.spec import ModelSpec
 
 Num = float | np.ndarray
+TREE_ATTENTION = ("split", "dense")
+"""How verification attention reads the prefix (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -58,20 +72,28 @@ def _check_counts(**values: Num) -> None:
 
 
 class CostModel:
-    """Step times of one model on one profile at `weight_bits` (default: the spec's) and `tp`.
+    """Step times of one model on one profile and runtime, at `weight_bits` (default: the
+    spec's) and `tp`.
 
-    `group_size` is the 4-bit quantisation group (one 16-bit scale and zero per group).
+    `runtime` defaults to the profile's `default_runtime`; `group_size` is the 4-bit quantisation
+    group (one 16-bit scale and zero per group); `tree_attention` is "split" or "dense".
     """
 
     def __init__(self, hw: HardwareProfile, model: ModelSpec, weight_bits: int | None = None,
-                 tp: int = 1, group_size: int = 128) -> None:
+                 tp: int = 1, group_size: int = 128, runtime: str | None = None,
+                 tree_attention: str = "split") -> None:
         bits = model.weight_bits if weight_bits is None else weight_bits
         bytes_per_weight(bits, group_size)
         check_tp(model, tp)
         if tp > hw.max_tp:
             raise InputError(f"tp={tp} exceeds the {hw.max_tp} devices profile {hw.name} links")
+        if tree_attention not in TREE_ATTENTION:
+            raise InputError(f"--tree-attention must be one of {', '.join(TREE_ATTENTION)}, "
+                             f"got {tree_attention!r}")
         self.hw, self.model = hw, model
+        self.runtime: RuntimeParams = hw.runtime(runtime)
         self.weight_bits, self.tp, self.group_size = bits, tp, group_size
+        self.tree_attention = tree_attention
 
     def ops(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any) -> list[OpCost]:
         """The per-device operator table of one forward (see `specscope.models.ops`)."""
@@ -79,16 +101,54 @@ class CostModel:
                            weight_bits=self.weight_bits, group_size=self.group_size, tp=self.tp,
                            shard_lm_head=self.hw.shard_lm_head, **ssm)
 
-    def op_time(self, op: OpCost) -> tuple[np.ndarray, np.ndarray]:
-        """(seconds, compute-bound flag) of one operator under the roofline."""
-        compute = np.asarray(op.flops) / (self.hw.peak_flops["bf16"] * self.hw.compute_eff)
-        memory = np.asarray(op.bytes) / (self.hw.bandwidth * self.hw.memory_eff)
-        return np.maximum(compute, memory), compute > memory
+    def op_time(self, op: OpCost, new_tokens: Num, context_len: Num
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(seconds, compute-bound flag) of one operator of a forward of `new_tokens` per
+        sequence after `context_len`, under the runtime's efficiencies."""
+        r, bandwidth, peak = self.runtime, self.hw.bandwidth, self.hw.peak_flops["bf16"]
+        prefill = np.asarray(context_len) == 0
+        flops = np.asarray(op.flops, dtype=float)
+        if op.kind == "linear":
+            tokens = np.asarray(op.tokens, dtype=float)
+            weights = np.where(tokens <= 1, r.gemv_memory_eff, r.gemm_memory_eff)
+            memory = op.weight_bytes / (bandwidth * weights) + op.act_bytes / (
+                bandwidth * r.gemm_memory_eff)
+            ceiling = np.where(prefill, r.prefill_compute_eff, r.gemm_compute_eff)
+            compute = flops / (peak * ceiling * tokens / (tokens + r.gemm_half_tokens))
+        elif op.kind == "attention":
+            multi = (np.asarray(new_tokens) >= 2) & ~prefill
+            kv = np.where(multi & (self.tree_attention == "dense"), r.attn_dense_memory_eff,
+                          r.attn_memory_eff)
+            memory = (op.kv_bytes + self._mask_bytes(op, new_tokens, context_len)) / (
+                bandwidth * kv) + op.act_bytes / (bandwidth * r.gemm_memory_eff)
+            if self.tree_attention == "split":  # a flash causal prompt skips the masked half
+                flops = np.where(prefill, 0.5 * flops, flops)
+            compute = flops / (peak * np.where(prefill, r.prefill_attn_compute_eff,
+                                               r.attn_compute_eff))
+        else:
+            memory = np.asarray(op.bytes) / (bandwidth * r.gemm_memory_eff)
+            compute = flops / (peak * r.attn_compute_eff)
+        return blend(memory, compute, r.blend), compute > memory
+
+    def _mask_bytes(self, op: OpCost, new_tokens: Num, context_len: Num) -> Num:
+        """Bytes of a dense additive mask that the attention kernel reads in every layer: (n,
+        context + n) 16-bit values per sequence, broadcast over the heads, so a verification's
+        small mask is read once per layer from cache, while a prompt's (t, t) mask, larger than
+        any on-chip cache at the lengths where it matters, is read again for every head (an
+        approximation of the cache's effect). 0 under split attention, whose (n, n) block mask
+        is negligible."""
+        if self.tree_attention != "dense":
+            return 0.0
+        new = np.asarray(new_tokens, dtype=float)
+        batch = np.asarray(op.tokens, dtype=float) / new
+        reads = np.where(np.asarray(context_len) == 0, self.model.n_heads // self.tp, 1)
+        return op.count * batch * reads * new * (np.asarray(context_len) + new) * 2.0
 
     def extras(self, ops: list[OpCost]) -> dict[str, np.ndarray]:
-        """Seconds of overhead, dequantisation and tensor-parallel communication of a forward."""
-        hw, k = self.hw, self.tp
-        overhead = np.asarray(hw.step_overhead_s + self.model.n_layers * hw.layer_overhead_s)
+        """Device seconds of a forward beyond its operators: the fixed per-step and per-layer
+        time ("overhead"), dequantisation and tensor-parallel communication."""
+        hw, k, r, layers = self.hw, self.tp, self.runtime, self.model.n_layers
+        overhead = np.asarray(r.step_s + layers * r.layer_s)
         dequant = np.asarray(0.0)
         if self.weight_bits < 16:
             per_weight = hw.dequant_s_per_weight[self.weight_bits]
@@ -107,13 +167,23 @@ class CostModel:
                 comm = comm + hw.allreduce_latency_s + ring * logits
         return {"overhead": overhead, "dequant": dequant, "comm": comm}
 
+    def host_time(self, context_len: Num) -> np.ndarray:
+        """Seconds the host needs to issue one forward (a prompt when the context is 0)."""
+        r, layers = self.runtime, self.model.n_layers
+        return np.where(np.asarray(context_len) == 0,
+                        r.prefill_host_step_s + layers * r.prefill_host_layer_s,
+                        r.host_step_s + layers * r.host_layer_s)
+
     def roofline_time(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any
                       ) -> np.ndarray:
-        """Seconds of one forward predicted by the roofline alone (no measured table)."""
+        """Seconds of one forward predicted by the formula alone (no measured table): the
+        device's operators and extras, combined with the host's issue time."""
         ops = self.ops(batch, new_tokens, context_len, **ssm)
-        total = sum(self.extras(ops).values())
+        host = self.host_time(context_len)
+        device = sum(self.extras(ops).values())
         for op in ops:
-            total = total + self.op_time(op)[0]
+            device = device + self.op_time(op, new_tokens, context_len)[0]
+        total = np.maximum(host, device) if self.hw.kind == "gpu" else host + device
         return np.asarray(total)
 
     def forward(self, batch: int, new_tokens: Num, context_len: Num) -> StepCost:
@@ -121,7 +191,8 @@ class CostModel:
         _check_counts(batch=batch, new_tokens=new_tokens, context_len=context_len)
         new = np.asarray(new_tokens, dtype=float)
         roof = self.roofline_time(batch, new, context_len)
-        tables = self.hw.measured_for(self.model.name, int(batch), self.weight_bits, self.tp)
+        tables = self.hw.measured_for(self.model.name, int(batch), self.weight_bits, self.tp,
+                                      self.runtime.name)
         if not tables:
             shape = np.shape(roof)
             source = "roofline" if not shape else np.full(shape, "roofline")
@@ -179,16 +250,19 @@ class CostModel:
         ops = self.ops(batch, int(new_tokens), context_len)
         operators = []
         for op in ops:
-            seconds, compute_bound = self.op_time(op)
+            seconds, compute_bound = self.op_time(op, int(new_tokens), context_len)
             operators.append({
                 "op": op.op, "count": op.count, "flops": float(op.flops),
                 "bytes": float(op.bytes), "time_ms": float(seconds) * 1e3,
                 "bound": "compute" if compute_bound else "memory",
             })
         extras = {f"{k}_ms": float(v) * 1e3 for k, v in self.extras(ops).items()}
+        extras["host_ms"] = float(self.host_time(context_len)) * 1e3
         memory = self.memory_bytes(batch, context_len + int(new_tokens))
         return {
-            "hw": self.hw.name, "model": self.model.name, "weight_bits": self.weight_bits,
+            "hw": self.hw.name, "runtime": self.runtime.name,
+            "tree_attention": self.tree_attention, "model": self.model.name,
+            "weight_bits": self.weight_bits,
             "tp": self.tp, "batch": batch, "new_tokens": int(new_tokens),
             "context_len": context_len, "step_time_ms": float(step.time_s) * 1e3,
             "source": str(step.source),
@@ -197,3 +271,12 @@ class CostModel:
             "device_memory_gb": self.hw.memory_bytes * self.tp / 1e9,
             "fits": memory <= self.hw.memory_bytes * self.tp,
         }
+
+
+def blend(memory: Num, compute: Num, b: float) -> np.ndarray:
+    """(m^b + c^b)^(1/b) of memory and compute times, computed without underflow (b = 1 adds
+    them, a large b tends to the larger)."""
+    memory, compute = np.asarray(memory, dtype=float), np.asarray(compute, dtype=float)
+    top = np.maximum(memory, compute)
+    safe = np.where(top > 0, top, 1.0)
+    return top * ((memory / safe) ** b + (compute / safe) ** b) ** (1.0 / b)

@@ -1,12 +1,18 @@
 """`HardwareProfile`: one accelerator's facts, efficiencies and overheads, read from TOML.
 
-Profile files (`data/<name>.toml`) use the units people quote (TFLOP/s, GB/s, µs, ps); the loaded
-profile is in SI units (FLOP/s, bytes, bytes/s, seconds). A profile may carry measured step-time
-tables (`[[measured]]`), which the cost model prefers to its roofline.
+Profile files use the units people quote (TFLOP/s, GB/s, µs, ps); the loaded profile is in SI
+units (FLOP/s, bytes, bytes/s, seconds). Shipped profiles live in `data/<name>.toml`; profiles that
+`specscope profile-hw` writes go to the user directory (`user_profile_dir`), which `--hw NAME`
+searches first. Each profile prices one or more runtimes (`[runtime.<name>]`, see `runtime.py`) and
+says under which one its public anchors were measured (`default_runtime`). A profile may carry
+measured step-time tables (`[[measured]]`), which the cost model prefers to its formula, and the
+host cost of model-free drafting and of the speculative loop's bookkeeping measured on it.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +21,17 @@ from typing import Any
 import numpy as np
 
 from specscope.errors import InputError
+from specscope.hw_profiles.runtime import RUNTIMES, RuntimeParams, parse_runtime
 
 DATA_DIR = Path(__file__).parent / "data"
+PROFILE_DIR_ENV = "SPECSCOPE_PROFILE_DIR"
+"""Environment variable naming the user profile directory (default ~/.config/specscope/...)."""
+KINDS = ("gpu", "cpu")
+"""Device kinds: a GPU overlaps host issue with device work, a CPU thread does both in turn."""
+DRAFTERS = ("ngram", "suffix", "recycle", "goose")
+"""Model-free drafters whose host cost per drafted level a profile may carry."""
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""A profile name (it becomes a file name)."""
 
 
 @dataclass(frozen=True)
@@ -31,19 +46,24 @@ class MeasuredTable:
     weight_bits: int = 16
     tp: int = 1
     source: str = ""
+    runtime: str = ""
+    """The runtime it was measured under ("" matches any)."""
 
 
 @dataclass(frozen=True)
 class HardwareProfile:
     """One device (and the software stack its overheads were measured on), in SI units.
 
-    peak_flops: dense FLOP/s by number format ("bf16", "int8", "fp8"; 0 = unsupported);
-    memory_bytes / bandwidth: device memory and its bandwidth (bytes, bytes/s); link_bandwidth:
-    scale-up interconnect bytes/s per direction; compute_eff / memory_eff: achievable fractions
-    of peak; step_overhead_s / layer_overhead_s: fixed cost per forward and per layer;
+    kind: "gpu" or "cpu"; peak_flops: dense FLOP/s by number format ("bf16", "int8", "fp8"; 0 =
+    unsupported); memory_bytes / bandwidth: device memory and its bandwidth (bytes, bytes/s);
+    link_bandwidth: scale-up interconnect bytes/s per direction; runtimes: the priced runtimes
+    and their parameters, default_runtime the one its anchors were measured under;
     dequant_s_per_weight: seconds per weight element dequantised, by weight bits, once per
     `dequant_tile` tokens; allreduce_latency_s: fixed cost of one all-reduce; max_tp: largest
-    tensor-parallel group; shard_lm_head: whether tensor parallelism splits the lm_head.
+    tensor-parallel group; shard_lm_head: whether tensor parallelism splits the lm_head;
+    drafter_s: host seconds per drafted level of each model-free drafter; speculation_step_s and
+    draft_level_host_s: host seconds of a speculative step's bookkeeping and of each draft-model
+    level beyond its forward (both measured by profile-hw; 0 when not measured).
     """
 
     name: str
@@ -52,10 +72,9 @@ class HardwareProfile:
     memory_bytes: float
     bandwidth: float
     link_bandwidth: float
-    compute_eff: float
-    memory_eff: float
-    step_overhead_s: float
-    layer_overhead_s: float
+    kind: str
+    default_runtime: str
+    runtimes: dict[str, RuntimeParams]
     dequant_s_per_weight: dict[int, float]
     dequant_tile: int
     allreduce_latency_s: float
@@ -63,32 +82,62 @@ class HardwareProfile:
     shard_lm_head: bool = True
     measured: tuple[MeasuredTable, ...] = ()
     sources: tuple[str, ...] = field(default=())
+    drafter_s: dict[str, float] = field(default_factory=dict)
+    speculation_step_s: float = 0.0
+    draft_level_host_s: float = 0.0
 
-    def measured_for(self, model: str, batch: int, weight_bits: int, tp: int
-                     ) -> list[MeasuredTable]:
-        """The measured tables that match a model, batch, weight bits and tp."""
+    def runtime(self, name: str | None = None) -> RuntimeParams:
+        """The parameters of runtime `name` (default: the profile's default runtime)."""
+        name = name or self.default_runtime
+        if name not in self.runtimes:
+            raise InputError(f"--runtime {name}: profile {self.name} prices "
+                             f"{', '.join(self.runtimes)} (runtimes: {', '.join(RUNTIMES)})")
+        return self.runtimes[name]
+
+    def measured_for(self, model: str, batch: int, weight_bits: int, tp: int,
+                     runtime: str = "") -> list[MeasuredTable]:
+        """The measured tables that match a model, batch, weight bits, tp and runtime."""
         return [m for m in self.measured if (m.model, m.batch, m.weight_bits, m.tp)
-                == (model, batch, weight_bits, tp)]
+                == (model, batch, weight_bits, tp) and m.runtime in ("", runtime)]
+
+
+def user_profile_dir() -> Path:
+    """Where `profile-hw` writes profiles and `--hw NAME` looks first: $SPECSCOPE_PROFILE_DIR,
+    else ~/.config/specscope/hw_profiles."""
+    env = os.environ.get(PROFILE_DIR_ENV)
+    return Path(env) if env else Path.home() / ".config" / "specscope" / "hw_profiles"
+
+
+def check_name(name: str) -> str:
+    """A profile name: letters, digits, '.', '_' and '-' (it becomes a file name)."""
+    if not NAME.fullmatch(name):
+        raise InputError(f"--name {name!r}: a profile name is letters, digits, '.', '_' or '-'")
+    return name
 
 
 def list_profiles() -> list[str]:
-    """Names of the built-in profiles, sorted."""
-    return sorted(p.stem for p in DATA_DIR.glob("*.toml"))
+    """Names of the user and built-in profiles, sorted."""
+    found = {p.stem for p in DATA_DIR.glob("*.toml")}
+    if user_profile_dir().is_dir():
+        found |= {p.stem for p in user_profile_dir().glob("*.toml")}
+    return sorted(found)
 
 
 def profile_path(name: str | Path) -> Path:
-    """The file of a built-in profile name, or `name` itself when it is a .toml path."""
+    """The file of a profile: `name` itself when it is a .toml path, else the user profile of
+    that name, else the built-in one."""
     path = Path(name)
     if path.suffix == ".toml":
         if not path.is_file():
             raise InputError(f"hardware profile file {str(path)!r} does not exist")
         return path
-    path = DATA_DIR / f"{name}.toml"
-    if not path.is_file():
-        raise InputError(
-            f"unknown hardware profile {str(name)!r}; known profiles: {', '.join(list_profiles())}"
-        )
-    return path
+    for folder in (user_profile_dir(), DATA_DIR):
+        path = folder / f"{name}.toml"
+        if NAME.fullmatch(str(name)) and path.is_file():
+            return path
+    raise InputError(
+        f"unknown hardware profile {str(name)!r}; known profiles: {', '.join(list_profiles())}"
+    )
 
 
 def _get(table: dict[str, Any], section: str, key: str, where: Path, kind: type = float) -> Any:
@@ -121,7 +170,7 @@ def _measured(entry: dict[str, Any], where: Path, i: int) -> MeasuredTable:
             model=str(entry["model"]), batch=int(entry.get("batch", 1)),
             context=int(entry.get("context", 0)), new_tokens=n, time_s=t,
             weight_bits=int(entry.get("weight_bits", 16)), tp=int(entry.get("tp", 1)),
-            source=str(entry.get("source", "")),
+            source=str(entry.get("source", "")), runtime=str(entry.get("runtime", "")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{at}: needs model, new_tokens and time_ms ({exc})") from None
@@ -144,9 +193,20 @@ def load_profile(name: str | Path) -> HardwareProfile:
     def g(section: str, key: str, kind: type = float) -> Any:
         return _get(data, section, key, path, kind)
 
-    compute_eff, memory_eff = g("compute", "compute_eff"), g("memory", "memory_eff")
-    if not (0 < compute_eff <= 1 and 0 < memory_eff <= 1):
-        raise InputError(f"{path}: compute_eff and memory_eff must lie in (0, 1]")
+    kind = g("", "kind", str)
+    if kind not in KINDS:
+        raise InputError(f"{path}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    sections = data.get("runtime")
+    if not isinstance(sections, dict) or not sections:
+        raise InputError(f"{path}: needs at least one [runtime.<name>] section")
+    runtimes = {name: parse_runtime(name, table, path) for name, table in sections.items()}
+    default_runtime = g("", "default_runtime", str)
+    if default_runtime not in runtimes:
+        raise InputError(f"{path}: default_runtime {default_runtime!r} has no [runtime] section")
+    drafters = data.get("drafters", {})
+    unknown = set(drafters) - {f"{d}_us" for d in DRAFTERS}
+    if unknown:
+        raise InputError(f"{path}: [drafters] has unknown keys {sorted(unknown)}")
     if min(g("compute", "bf16_tflops"), g("memory", "bandwidth_gbs")) <= 0:
         raise InputError(f"{path}: bf16_tflops and bandwidth_gbs must be positive")
     return HardwareProfile(
@@ -160,10 +220,9 @@ def load_profile(name: str | Path) -> HardwareProfile:
         memory_bytes=g("memory", "capacity_gb") * 1e9,
         bandwidth=g("memory", "bandwidth_gbs") * 1e9,
         link_bandwidth=g("interconnect", "link_gbs") * 1e9,
-        compute_eff=compute_eff,
-        memory_eff=memory_eff,
-        step_overhead_s=g("overhead", "step_us") * 1e-6,
-        layer_overhead_s=g("overhead", "layer_us") * 1e-6,
+        kind=kind,
+        default_runtime=default_runtime,
+        runtimes=runtimes,
         dequant_s_per_weight={
             8: g("dequant", "int8_ps_per_weight") * 1e-12,
             4: g("dequant", "int4_ps_per_weight") * 1e-12,
@@ -174,4 +233,14 @@ def load_profile(name: str | Path) -> HardwareProfile:
         shard_lm_head=g("interconnect", "shard_lm_head", bool),
         measured=tuple(_measured(m, path, i) for i, m in enumerate(data.get("measured", []))),
         sources=tuple(str(s) for s in data.get("sources", [])),
+        drafter_s={key[:-3]: _get(data, "drafters", key, path) * 1e-6 for key in drafters},
+        speculation_step_s=_optional(data, "speculation", "step_us", path) * 1e-6,
+        draft_level_host_s=_optional(data, "speculation", "level_us", path) * 1e-6,
     )
+
+
+def _optional(data: dict[str, Any], section: str, key: str, where: Path) -> float:
+    """`data[section][key]` checked as `_get` does, or 0 when absent."""
+    if key not in data.get(section, {}):
+        return 0.0
+    return _get(data, section, key, where)

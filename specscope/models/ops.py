@@ -37,7 +37,9 @@ class OpCost:
     flops: floating-point operations; weight_bytes: weights read; act_bytes: activations read and
     written; kv_bytes: KV cache or SSM/conv state read and written; qweights: weight elements
     dequantised from 8/4 bits (0 at 16 bits); tokens: tokens through the op in one layer;
-    reduce_bytes: bytes all-reduced after the op in each layer under tensor parallelism.
+    reduce_bytes: bytes all-reduced after the op in each layer under tensor parallelism; kind:
+    the operator class whose efficiencies a runtime prices it with ("linear", "attention",
+    or "other": norms, embedding, SSM conv and scan, state copies).
     Numeric fields are scalars or arrays that broadcast with the forward's arguments.
     """
 
@@ -50,6 +52,7 @@ class OpCost:
     qweights: float = 0.0
     tokens: Num = 0.0
     reduce_bytes: Num = 0.0
+    kind: str = "other"
 
     @property
     def bytes(self) -> Num:
@@ -148,6 +151,7 @@ def _linear(op: str, count: int, tokens: Num, d_in: int, d_out: int, bpw: float,
         qweights=count * weights if quant else 0.0,
         tokens=tokens,
         reduce_bytes=tokens * reduce_width * ACT_BYTES,
+        kind="linear",
     )
 
 
@@ -173,7 +177,7 @@ def _attention_ops(spec: ModelSpec, count: int, batch: Num, new: Num, context: N
                flops=count * batch * heads * new * keys * (4.0 * hd + 5.0),
                weight_bytes=0.0,
                act_bytes=count * 2.0 * tokens * heads * hd * ACT_BYTES,
-               kv_bytes=count * batch * (keys + new) * kv_row, tokens=tokens),
+               kv_bytes=count * batch * (keys + new) * kv_row, tokens=tokens, kind="attention"),
         _linear("o_proj", count, tokens, heads * hd, d, bpw, quant, reduce_width=d),
     ]
 

@@ -45,6 +45,8 @@ class OptimizeRequest:
     depth_dependent: bool = False
     context: int | None = None
     options: MethodOptions = field(default_factory=MethodOptions)
+    runtime: str | None = None
+    tree_attention: str = "split"
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class OptimizeResult:
     source: str
     context_len: int
     comparison: Comparison
+    runtime: str = ""
+    tree_attention: str = "split"
     reference: str = DP_REFERENCE
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +71,8 @@ class OptimizeResult:
             "drafter": self.drafter,
             "source": self.source,
             "context_len": self.context_len,
+            "runtime": self.runtime,
+            "tree_attention": self.tree_attention,
             "results": [
                 s.to_dict() | {"dp_optimum": s.algo == self.reference}
                 for s in self.comparison.scores
@@ -118,15 +124,20 @@ def run_optimize(req: OptimizeRequest) -> OptimizeResult:
         target = req.target or DEFAULT_TARGET
         drafter = req.drafter or DEFAULT_DRAFTER
 
+    def cost_model(name: str) -> CostModel:
+        return CostModel(profile, get_model(name), runtime=req.runtime,
+                         tree_attention=req.tree_attention)
+
     pricing = Pricing(
-        target=CostModel(profile, get_model(target)),
-        drafter=None if drafter == "none" else CostModel(profile, get_model(drafter)),
+        target=cost_model(target),
+        drafter=None if drafter == "none" else cost_model(drafter),
         context_len=int(context),
     )
     setup = Setup(p=p, source=source, pricing=pricing, max_depth=req.max_depth, trace=trace,
                   options=req.options)
     comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets)
-    return OptimizeResult(profile.name, target, drafter, source, int(context), comparison)
+    return OptimizeResult(profile.name, target, drafter, source, int(context), comparison,
+                          pricing.target.runtime.name, req.tree_attention)
 
 
 def _catalogue_or(name: str | None, default: str) -> str:
