@@ -109,7 +109,9 @@ def main() -> None:
     print()
     for group, errs in errors.items():
         print(f"{group:25s} median |ratio - 1| = {np.median(errs):.1%}   source: {sources[group]}")
-    print("\nNo citable batch-1 decode table for H100/H200 was found; those profiles are priors.")
+    print("\nNo citable batch-1 decode table for H100/H200 was found: h100 is fitted on this "
+          "project's own H100 rows\n(python -m specscope.hw_profiles.fit h100), h200 is scaled "
+          "from it.")
 
 
 if __name__ == "__main__":
