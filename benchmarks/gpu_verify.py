@@ -32,17 +32,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import gc
 import importlib
 import json
 import re
-import shutil
-import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -52,10 +47,17 @@ from rich.table import Table
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
 from specscope.executor.runtime import RUNTIMES, Runtime
-from specscope.executor.targets import CachedModel, HybridModel, Model, SSMModel
+from specscope.executor.targets import HybridModel, Model, SSMModel
+from specscope.hw_profiles.measure import (
+    binary_tree,
+    build,
+    copy_rate,
+    provenance,
+    release,
+    timer,
+)
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
-from specscope.models.torch import Hybrid, Mamba2, Transformer
 from specscope.models.torch.ssm import state_dtype
 from specscope.models.zoo import zoo_specs
 from specscope.tree import Tree
@@ -100,50 +102,6 @@ def spec_of(name: str) -> ModelSpec:
         d_ff=s.d_ff // k, vocab_size=s.vocab_size // k)
 
 
-def build(spec: ModelSpec, runtime: Runtime, max_len: int) -> Model:
-    """Random weights of `spec` (seed 0) wrapped as the executor runs them, with room for
-    `max_len` tokens (a static cache of exactly that size: the static step reads all of it)."""
-    spec = dataclasses.replace(spec, max_seq_len=max(spec.max_seq_len, max_len))
-    cls = {"transformer": Transformer, "ssm": Mamba2, "hybrid": Hybrid}[spec.arch]
-    model = cls.random(spec, seed=0, dtype=runtime.dtype, device=runtime.device)
-    if spec.arch == "transformer":
-        return CachedModel(model, spec.name, spec.vocab_size, runtime, max_len=max_len)
-    if spec.arch == "ssm":
-        return SSMModel(model, spec.name, runtime=runtime)
-    return HybridModel(model, spec.name, runtime)
-
-
-def timer(runtime: Runtime, fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
-    """Median milliseconds of `fn` after `warmup` calls: CUDA events on a GPU, perf_counter on a
-    CPU."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        if runtime.device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            start_s = time.perf_counter()
-            fn()
-            times.append(1e3 * (time.perf_counter() - start_s))
-    return statistics.median(times)
-
-
-def copy_rate(runtime: Runtime) -> float:
-    """GB/s of a device-to-device copy of a buffer larger than any cache, read + write bytes
-    counted (median of 10)."""
-    size = (1 << 28) if runtime.device.type == "cuda" else (1 << 26)
-    src = torch.ones(size, dtype=torch.uint8, device=runtime.device)
-    dst = torch.empty_like(src)
-    ms = timer(runtime, lambda: dst.copy_(src), 10)
-    return 2 * size / (ms * 1e-3) / 1e9
-
-
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of a model's parameters (tied ones once)."""
     return sum(p.numel() * p.element_size() for p in model.parameters())
@@ -166,32 +124,6 @@ def context_bytes(spec: ModelSpec, dtype: torch.dtype, context: int) -> int:
 def floor_ms(read: int, copy_gbps: float) -> float:
     """Milliseconds to read `read` bytes once at `copy_gbps` (GB/s)."""
     return read / (copy_gbps * 1e9) * 1e3
-
-
-def binary_tree(n: int) -> Tree:
-    """A complete binary tree of n nodes in BFS order (parent of i: (i − 1) // 2)."""
-    return Tree.from_parents([-1] + [(i - 1) // 2 for i in range(1, n)])
-
-
-def provenance(runtime: Runtime) -> dict[str, str]:
-    """Device (GPU name, or CPU model and threads), driver, torch version and today's date."""
-    driver = ""
-    if runtime.device.type == "cuda":
-        device = torch.cuda.get_device_name(runtime.device)
-        smi = shutil.which("nvidia-smi")
-        if smi:
-            driver = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, check=False).stdout
-            driver = driver.strip().splitlines()[0] if driver.strip() else ""
-        driver = f"{driver} (CUDA {torch.version.cuda})".strip()
-    else:
-        cpuinfo = Path("/proc/cpuinfo")
-        lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-        cpu = next((line.split(":", 1)[1].strip() for line in lines
-                    if line.startswith("model name")), "cpu")
-        device = f"{cpu}, {torch.get_num_threads()} thread(s)"
-    return {"device": device, "driver": driver, "torch": torch.__version__,
-            "date": datetime.date.today().isoformat()}
 
 
 def device_slug(runtime: Runtime) -> str:
@@ -232,14 +164,6 @@ class Results:
         rows = [r for r in self.data[section] if [r[k] for k in KEYS[section]] != key]
         self.data[section] = [*rows, row]
         write_text_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
-
-
-def release() -> None:
-    """Drop compiled versions, captured graphs and cached device memory of the last group."""
-    torch.compiler.reset()
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def measure_steps(args: argparse.Namespace, base: Runtime, out: Results) -> None:

@@ -10,7 +10,7 @@ compare one verification budget shared jointly by a batch of requests with an eq
 
 The method tables time every method's tree construction at budgets 16…256 on a synthetic
 trace (64 requests, seed 0), then run the matched-budget comparison (`optimize-tree --algo all
---budgets 8,16,32,64`) on h100 and edge-cpu: llama-2-7b target, llama-68m drafter for the
+--budgets 8,16,32,64`) on h100 and cpu-2core: llama-2-7b target, llama-68m drafter for the
 draft-model methods; Goose uses the trace's n-gram and recycling sources and pays no draft cost.
 """
 
@@ -185,7 +185,7 @@ def matched_table() -> None:
     from specscope.optimizers.compare import METHOD_NAMES, compare
 
     budgets = (8, 16, 32, 64)
-    for hw in ("h100", "edge-cpu"):
+    for hw in ("h100", "cpu-2core"):
         result = compare(_synthetic_setup(hw), METHOD_NAMES, budgets=budgets)
         table = Table(title=f"Matched budgets on {hw}: predicted speedup of each method's best "
                             "tree with n ≤ budget (synthetic trace, seed 0)")

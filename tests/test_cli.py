@@ -188,12 +188,12 @@ def test_the_runtime_changes_the_price_of_drafting(run: Run, trace_file: Path) -
 def test_budgets_choose_per_hardware(run: Run, trace_file: Path) -> None:
     """A fast accelerator affords bigger trees than the edge CPU at the same acceptance."""
     sizes = {}
-    for hw in ("h100", "edge-cpu"):
+    for hw in ("h100", "cpu-2core"):
         code, out, err = run(optimize_tree_main, "--hw", hw, "--trace", str(trace_file),
                              "--budgets", "4,8,16,32,64,128", "--algo", "sequoia", "--json")
         assert code == 0, err
         sizes[hw] = json.loads(out)["results"][0]["n"]
-    assert sizes["h100"] >= sizes["edge-cpu"]
+    assert sizes["h100"] >= sizes["cpu-2core"]
 
 
 def test_cost_json(run: Run) -> None:
@@ -254,7 +254,7 @@ def test_all_methods_at_one_budget_never_beat_the_dp(run: Run, trace_file: Path,
 
 
 def test_budgets_print_a_pareto_table(run: Run, trace_file: Path) -> None:
-    code, out, err = run(optimize_tree_main, "--hw", "edge-cpu", "--trace", str(trace_file),
+    code, out, err = run(optimize_tree_main, "--hw", "cpu-2core", "--trace", str(trace_file),
                          "--budgets", "8,32", "--algo", "sequoia,goose,chain", "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -301,7 +301,7 @@ def test_collect_writes_a_trace_that_drives_optimize_tree(run: Run, tmp_path: Pa
                        "--prompts", "builtin:stdlib-code", "--n", "2", "--max-new", "16",
                        "-o", str(trace))
     assert code == 0, err
-    code, out, err = run(optimize_tree_main, "--hw", "edge-cpu", "--trace", str(trace),
+    code, out, err = run(optimize_tree_main, "--hw", "cpu-2core", "--trace", str(trace),
                          "--budget", "8", "--algo", "sequoia,chain", "--json")
     assert code == 0, err
     doc = json.loads(out)

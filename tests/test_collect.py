@@ -76,7 +76,7 @@ def test_collected_trace_validates_and_drives_optimize_tree(models, prompts, tmp
     drafts = df.filter(pl.col("source") == f"draft:{DRAFT_NAME}")
     assert (drafts.get_column("rank") == 0).mean() > 0.5  # the draft agrees with the target
 
-    doc = run_optimize(OptimizeRequest(hw="edge-cpu", trace_path=path, budget=16)).to_dict()
+    doc = run_optimize(OptimizeRequest(hw="cpu-2core", trace_path=path, budget=16)).to_dict()
     assert doc["source"] == f"draft:{DRAFT_NAME}"
     assert {r["algo"] for r in doc["results"]} >= {"sequoia", "chain"}
     assert all(r["n"] <= 16 and r["replay_tokens"] >= 1 for r in doc["results"])

@@ -28,7 +28,7 @@ from specscope.hw_profiles.profile import PROFILE_DIR_ENV, profile_path
 from specscope.hw_profiles.runtime import FIELDS, with_runtime
 from specscope.models import get_model
 
-PROFILES = ["a100", "h100", "h200", "gaudi2", "tpu-v5e", "tpu-v4", "edge-cpu"]
+PROFILES = ["a100", "h100", "h200", "gaudi2", "tpu-v5e", "tpu-v4", "cpu-2core"]
 GPTFAST = load_published(GPTFAST_A100)
 
 
@@ -206,7 +206,7 @@ def test_report_lists_operators_memory_and_source():
     lambda: cost(weight_bits=6),
     lambda: cost(tp=0),
     lambda: cost(tp=16),
-    lambda: cost(hw="edge-cpu", tp=2),
+    lambda: cost(hw="cpu-2core", tp=2),
     lambda: cost(runtime="jit"),
     lambda: cost(hw="tpu-v4", runtime="eager"),
     lambda: cost(tree_attention="flex"),

@@ -25,7 +25,7 @@ from specscope.trace import RankedBehaviour, Trace, replay, synth_trace
 from specscope.tree import Tree
 
 DRAFT = "draft:llama-68m"
-HARDWARE = ("h100", "edge-cpu")
+HARDWARE = ("h100", "cpu-2core")
 CONFIDENT = {DRAFT: RankedBehaviour(top1=0.85, decay=0.1, depth_decay=1.0)}
 
 
@@ -201,8 +201,8 @@ def test_result_summary_for_the_common_table() -> None:
 
 
 def test_specdecpp_is_deterministic() -> None:
-    a = specdecpp(trace(), DRAFT, pricing("edge-cpu"), seed=4)
-    b = specdecpp(trace(), DRAFT, pricing("edge-cpu"), seed=4)
+    a = specdecpp(trace(), DRAFT, pricing("cpu-2core"), seed=4)
+    b = specdecpp(trace(), DRAFT, pricing("cpu-2core"), seed=4)
     assert (a.threshold, a.max_len, a.time_per_token_s) == (
         b.threshold,
         b.max_len,

@@ -167,19 +167,32 @@ def current_values(hw: HardwareProfile, runtime: str, names: tuple[str, ...]
 
 def least_squares_fit(hw: HardwareProfile, runtime: str, names: tuple[str, ...],
                       residuals: Callable[[HardwareProfile], np.ndarray],
-                      upper: dict[str, float] | None = None) -> dict[str, float]:
+                      upper: dict[str, float] | None = None, prior_weight: float = 0.0,
+                      scale_by_jacobian: bool = False) -> dict[str, float]:
     """Values (TOML units) of the named terms minimising `residuals(profile)`, within their
-    bounds (`upper` lowers some upper bounds)."""
+    bounds (`upper` lowers some upper bounds), starting from the profile's own values.
+
+    `prior_weight` > 0 adds, per term, that weight times its log-distance from the start (µs
+    terms softened by 1 µs, fractions by 0.001): terms the data cannot pin down then stay near
+    their prior instead of wandering along a flat direction. Steps are scaled by each term's
+    bounds (robust from a far start, as the published tables need), or by the Jacobian
+    (`scale_by_jacobian`: faster to converge from a start near the answer, as profile-hw's
+    measurements and priors are)."""
     bounds = {k: PROFILE_FIELDS[k][2:] if k in PROFILE_FIELDS else FIELDS[k][1:] for k in names}
     lo = np.array([bounds[k][0] for k in names])
     hi = np.array([min(bounds[k][1], (upper or {}).get(k, np.inf)) for k in names])
     x0 = np.clip(np.array(list(current_values(hw, runtime, names).values())), lo, hi)
+    soft = np.array([1.0 if k.endswith("_us") else 1e-3 for k in names])
 
     def objective(x: np.ndarray) -> np.ndarray:
-        return residuals(with_values(hw, runtime, dict(zip(names, x, strict=True))))
+        fit = residuals(with_values(hw, runtime, dict(zip(names, x, strict=True))))
+        if not prior_weight:
+            return fit
+        return np.concatenate([fit, prior_weight * np.log((x + soft) / (x0 + soft))])
 
-    result = least_squares(objective, x0, bounds=(lo, hi), x_scale=np.maximum(hi - lo, 1e-3) / 10,
-                           xtol=1e-12, ftol=1e-12, gtol=1e-12)
+    scale = "jac" if scale_by_jacobian else np.maximum(hi - lo, 1e-3) / 10
+    result = least_squares(objective, x0, bounds=(lo, hi), x_scale=scale, xtol=1e-12, ftol=1e-12,
+                           gtol=1e-12)
     # Values at a bound come back within ~1e-13 of it; round them onto it.
     return dict(zip(names, (round(float(v), 9) for v in result.x), strict=True))
 

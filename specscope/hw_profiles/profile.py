@@ -61,7 +61,8 @@ class HardwareProfile:
     dequant_s_per_weight: seconds per weight element dequantised, by weight bits, once per
     `dequant_tile` tokens; allreduce_latency_s: fixed cost of one all-reduce; max_tp: largest
     tensor-parallel group; shard_lm_head: whether tensor parallelism splits the lm_head;
-    drafter_s: host seconds per drafted level of each model-free drafter; speculation_step_s and
+    drafter_s: host seconds of each model-free drafter per drafted level (one propose call, as
+    the decode loop pays it); speculation_step_s and
     draft_level_host_s: host seconds of a speculative step's bookkeeping and of each draft-model
     level beyond its forward (both measured by profile-hw; 0 when not measured).
     """
@@ -83,6 +84,8 @@ class HardwareProfile:
     measured: tuple[MeasuredTable, ...] = ()
     sources: tuple[str, ...] = field(default=())
     drafter_s: dict[str, float] = field(default_factory=dict)
+    threads: int | None = None
+    """CPU threads its measurements used (`[provenance] threads`, written by profile-hw)."""
     speculation_step_s: float = 0.0
     draft_level_host_s: float = 0.0
 
@@ -234,6 +237,7 @@ def load_profile(name: str | Path) -> HardwareProfile:
         measured=tuple(_measured(m, path, i) for i, m in enumerate(data.get("measured", []))),
         sources=tuple(str(s) for s in data.get("sources", [])),
         drafter_s={key[:-3]: _get(data, "drafters", key, path) * 1e-6 for key in drafters},
+        threads=int(_optional(data, "provenance", "threads", path)) or None,
         speculation_step_s=_optional(data, "speculation", "step_us", path) * 1e-6,
         draft_level_host_s=_optional(data, "speculation", "level_us", path) * 1e-6,
     )

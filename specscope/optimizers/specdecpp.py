@@ -31,10 +31,11 @@ little more than 1) and a CPU (past its compute knee every verified token costs 
 
 Why the maximum length is chosen with h. The threshold form is optimal when a step costs
 c1 per drafted token plus a verification c2 that does not depend on the drafted length (the
-paper's model). Where verification cost grows non-linearly with the length (edge-cpu: flat up to
-n = 5, then ~57 ms per token), a single threshold over [2, 20] cannot express "draft 4 unless
-unsure": the drafted lengths scatter around 4 into the expensive 5+, and the best threshold loses
-to the fixed chain of 4 (by 0.3–3.5% on synthetic traces, with a weak or a good predictor).
+paper's model). Where verification cost grows non-linearly with the length (a CPU: flat up to
+its compute knee, then a near-constant cost per token), a single threshold over [2, 20] cannot
+express "draft 4 unless unsure": the drafted lengths scatter around 4 into the expensive 5+,
+and the best threshold loses to the fixed chain of 4 (by 0.3–3.5% on synthetic traces, with a
+weak or a good predictor).
 Choosing the maximum length L_max ≤ min(20, budget − 1) jointly with h restores the family's
 reach: (h → 1, L_max = L) never stops early (Π â stays above 1 − h) and is the fixed chain of L,
 so the search, up to its grid, is never slower than the best fixed chain on the trace it replays.

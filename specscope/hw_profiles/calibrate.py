@@ -1,0 +1,471 @@
+"""`specscope profile-hw`: measure this machine, fit each runtime's cost terms, write a profile.
+
+What it measures, every step through the executor's own path (`CachedModel.prefill` / `verify`
+under each requested `Runtime`, padded buckets compiled or captured on their warm-up call):
+
+- the device's peak: a large matrix product (fp32 on a CPU, the rate its float32 models run at;
+  bf16 on a GPU) and a large device copy (read + write bytes over time);
+- verification steps of catalogue models with random weights (three sizes, one ≥ 50 M parameters)
+  over new tokens n (binary trees) × context, batch 1 (the executor decodes one sequence);
+- prefill of prompts (context 0; the wrappers prefill eagerly under every runtime, so these rows
+  belong to `eager`);
+- draft-model levels: the draft model's `propose` at chain depths 1..8 against its bare forward,
+  whose difference is the host cost of a level (`[speculation] level_us`);
+- each model-free drafter's host time per drafted level, and the speculative loop's bookkeeping
+  per step (a short `decode_speculative` run of the zoo's tiny-code), where the executor's loop
+  imports (it needs polars; the GPU image may lack it, and then these are left out and said so).
+
+Warm-up per shape, `torch.set_num_threads` explicit and recorded, median of repeats. Each
+runtime's terms (`[runtime.X]`, see `runtime.py`) are then fitted with scipy least squares on
+log(predicted / measured) through `CostModel` itself, every 4th point held out to report the fit's
+error on points it did not see, and a profile TOML is written atomically with the measured tables,
+the fit, its held-out error and the machine's provenance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from specscope.atomic import write_text_atomic
+from specscope.errors import InputError
+from specscope.executor.runtime import RUNTIMES, Runtime
+from specscope.hw_profiles.cost import CostModel
+from specscope.hw_profiles.fit import least_squares_fit
+from specscope.hw_profiles.measure import (
+    Point,
+    copy_rate,
+    matmul_rate,
+    measure_loop,
+    measure_prefill,
+    measure_steps,
+    prompt_tokens,
+    provenance,
+    release,
+)
+from specscope.hw_profiles.profile import (
+    DATA_DIR,
+    HardwareProfile,
+    check_name,
+    load_profile,
+    user_profile_dir,
+)
+from specscope.hw_profiles.runtime import FIELDS, runtime_toml, with_runtime
+from specscope.models import get_model
+from specscope.models.spec import ModelSpec
+
+if TYPE_CHECKING:  # the drafters import polars, which the GPU image may lack
+    pass
+
+Progress = Callable[[int, int, str], None]
+"""progress(done, total, what is being measured now)."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What `profile-hw` measures on one device kind.
+
+    models: catalogue models (random weights); ns / contexts: tree sizes and committed tokens of
+    the eager grid; static_ns / static_contexts: those of runtimes that compile or capture a step
+    per padded bucket (each (model, bucket, context) costs seconds to compile on a CPU); prefill:
+    prompt lengths; draft_model and draft_levels: the drafter model and the chain depths timed.
+    """
+
+    models: tuple[str, ...]
+    ns: tuple[int, ...]
+    contexts: tuple[int, ...]
+    static_ns: tuple[int, ...]
+    static_contexts: tuple[int, ...]
+    prefill: tuple[int, ...]
+    draft_model: str
+    draft_levels: int = 8
+    repeats: int = 5
+
+
+CPU_MODELS = ("tiny-code-draft", "tiny-code", "llama-68m")
+GPU_MODELS = ("llama-68m", "llama-3.2-1b", "llama-3.1-8b")
+GRIDS = {
+    ("cpu", True): Grid(CPU_MODELS, (1, 2, 4, 8, 16, 32), (64, 256), (1, 2, 4, 8, 16), (256,),
+                        (32, 128), "tiny-code-draft", repeats=7),
+    ("cpu", False): Grid(CPU_MODELS, (1, 2, 4, 8, 16, 32, 64, 128), (64, 256, 1024),
+                         (1, 2, 4, 8, 16, 32), (64, 256), (32, 128, 384), "tiny-code-draft",
+                         repeats=15),
+    ("cuda", True): Grid(GPU_MODELS, (1, 2, 4, 8, 16, 32), (256, 2048), (1, 2, 4, 8, 16, 32),
+                         (1024,), (512, 2048), "llama-68m", repeats=10),
+    ("cuda", False): Grid(GPU_MODELS, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                          (128, 1024, 8192), (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                          (128, 1024, 8192), (512, 2048, 8192), "llama-68m", repeats=20),
+}
+"""(device, quick) → grid. --quick on a 2-core CPU stays under ~2.5 minutes, compiling included."""
+HOLD_OUT_EVERY = 4
+"""Every 4th measured point is kept out of the fit (see `split_held_out`)."""
+PRIOR_WEIGHT = 0.02
+"""Weight of each fitted field's log-distance from its prior in the fit's residuals: it keeps a
+term the measurements do not determine (attention at short context) at its prior."""
+PRIORS = {"cpu": "cpu-2core", "cuda": "h100"}
+"""Shipped profile whose runtime sections start the fit on each device kind."""
+EXECUTOR_DEFAULT = {"cpu": "eager", "cuda": "graph"}
+"""The runtime the executor runs when none is asked for: the written profile's default."""
+
+
+# ---- the fit -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One runtime's fitted fields (TOML units) and its relative error on held-out points."""
+
+    runtime: str
+    values: dict[str, float]
+    fitted: tuple[str, ...]
+    points: int
+    held_out: int
+    heldout_median_rel_err: float
+    heldout_max_rel_err: float
+    fit_median_rel_err: float
+
+
+PREFILL_FIELDS = tuple(f for f in FIELDS if f.startswith("prefill_"))
+"""Runtime fields that only prompts (context 0) determine."""
+
+
+def fit_fields(kind: str, prefill: bool) -> tuple[str, ...]:
+    """The runtime fields a fit varies: all but the dense-mask attention the executor does not
+    run (set from the split one), the prompt fields unless prompts were measured, and on a CPU
+    the device-side fixed times (`step_us`, `layer_us`: the same thread issues and computes, so
+    they fold into the host terms and stay 0) and `gemm_half_tokens` (kept at its prior, 1: a
+    CPU's vector units are full from one token, and small tiny-model timings would otherwise
+    fit a GEMV that is compute-bound, which extrapolates wrongly to large models)."""
+    skip = {"attn_dense_memory_eff", *([] if prefill else PREFILL_FIELDS)}
+    if kind == "cpu":
+        skip |= {"step_us", "layer_us", "gemm_half_tokens"}
+    return tuple(f for f in FIELDS if f not in skip)
+
+
+def predict(hw: HardwareProfile, runtime: str, points: Sequence[Point],
+            specs: dict[str, ModelSpec]) -> np.ndarray:
+    """Seconds `CostModel` predicts for each point under `runtime` (one call per model)."""
+    out = np.empty(len(points))
+    for name in {p.model for p in points}:
+        idx = [i for i, p in enumerate(points) if p.model == name]
+        cm = CostModel(hw, specs[name], runtime=runtime)
+        n = np.array([points[i].new_tokens for i in idx], dtype=float)
+        ctx = np.array([points[i].context for i in idx], dtype=float)
+        out[idx] = cm.forward_time(1, n, ctx)
+    return out
+
+
+def split_held_out(points: Sequence[Point]) -> tuple[list[Point], list[Point]]:
+    """(fitted, held out): in each (model, context) table, n increasing, every
+    `HOLD_OUT_EVERY`-th point is held out, starting one point earlier in each next table, so the
+    held-out points cover every n and no n is left out of the fit everywhere."""
+    train: list[Point] = []
+    held: list[Point] = []
+    for g, rows in enumerate(_groups(points, ("model", "context")).values()):
+        for i, p in enumerate(rows):
+            (held if (i + g) % HOLD_OUT_EVERY == HOLD_OUT_EVERY - 1 else train).append(p)
+    return train, held
+
+
+def fit_runtime(hw: HardwareProfile, runtime: str, points: Sequence[Point],
+                specs: dict[str, ModelSpec], fields: Sequence[str] | None = None,
+                prior_weight: float = PRIOR_WEIGHT) -> Fit:
+    """Fit `runtime`'s fields of `hw` (no measured tables) to `points` by least squares on
+    log(predicted / measured), every `HOLD_OUT_EVERY`-th point held out; returns the fitted
+    values (all fields, TOML units) and the errors."""
+    fields = tuple(fields or fit_fields(hw.kind, any(p.context == 0 for p in points)))
+    train, held = split_held_out(points)
+    if not held:
+        raise InputError(f"runtime {runtime}: {len(points)} measured points are too few to fit "
+                         f"and hold out every {HOLD_OUT_EVERY}th")
+    measured = np.array([p.time_s for p in train])
+    values = least_squares_fit(
+        hw, runtime, fields, lambda trial: np.log(predict(trial, runtime, train, specs) / measured),
+        prior_weight=prior_weight, scale_by_jacobian=True)
+    fitted = with_runtime(hw, runtime, **values)
+    values = fitted.runtimes[runtime].values()
+    values["attn_dense_memory_eff"] = values["attn_memory_eff"]
+
+    def rel_err(subset: Sequence[Point]) -> np.ndarray:
+        pred = predict(fitted, runtime, subset, specs)
+        return np.abs(pred / np.array([p.time_s for p in subset]) - 1)
+
+    err = rel_err(held)
+    return Fit(runtime, values, fields, len(train), len(held), float(np.median(err)),
+               float(np.max(err)), float(np.median(rel_err(train))))
+
+
+# ---- the profile -------------------------------------------------------------------------------
+
+
+@dataclass
+class Measurements:
+    """Everything one `profile-hw` run measured."""
+
+    device: str
+    threads: int
+    tflops: float
+    copy_gbps: float
+    memory_gb: float
+    points: list[Point] = field(default_factory=list)
+    drafter_s: dict[str, float] = field(default_factory=dict)
+    speculation_step_s: float | None = None
+    draft_level_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+    provenance: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """A written profile: its path, the fits, the measurements and the run's wall time."""
+
+    path: Path
+    fits: dict[str, Fit]
+    measurements: Measurements
+    wall_s: float
+
+
+def check_request(name: str, device: str, runtimes: Sequence[str], threads: int
+                  ) -> tuple[Runtime, list[Runtime]]:
+    """Check `--name`, `--device`, `--runtime` and `--threads` together (one-line `InputError`s);
+    the base runtime (device and dtype: bfloat16 on a GPU, float32 on a CPU) and one per
+    requested runtime."""
+    check_name(name)
+    if device not in ("cpu", "cuda"):
+        raise InputError(f"--device must be cpu or cuda, got {device!r}")
+    if threads < 1:
+        raise InputError(f"--threads must be at least 1, got {threads}")
+    base = Runtime.resolve(device, "bfloat16" if device == "cuda" else "float32")
+    kinds = set(runtimes) or ({"eager", "graph", "compile"} if device == "cuda"
+                              else {"eager", "compile"})
+    unknown = sorted(kinds - set(RUNTIMES))
+    if unknown:
+        raise InputError(f"--runtime must be among {', '.join(RUNTIMES)}, got {unknown[0]!r}")
+    kinds = [kind for kind in RUNTIMES if kind in kinds]  # eager first: its prefill fit is shared
+    chosen = [Runtime.resolve(device, base.dtype_name, kind) for kind in kinds]
+    return base, chosen
+
+
+def memory_gb(runtime: Runtime) -> float:
+    """The device's memory in GB (a GPU's, or the host's MemTotal)."""
+    if runtime.device.type == "cuda":
+        return torch.cuda.get_device_properties(runtime.device).total_memory / 1e9
+    meminfo = Path("/proc/meminfo")
+    for line in meminfo.read_text().splitlines() if meminfo.exists() else []:
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024 / 1e9
+    return 0.0
+
+
+def base_profile(name: str, m: Measurements, runtimes: Sequence[str]) -> HardwareProfile:
+    """The profile to fit: the measured peak (int8 and fp8 not measured: 0), copy rate and memory,
+    the device kind's shipped priors (`PRIORS`) for every runtime section, the interconnect and
+    dequantisation, and no measured tables."""
+    prior = load_profile(DATA_DIR / f"{PRIORS[m.device]}.toml")
+    fallback = prior.runtime()
+    sections = {r: dataclasses.replace(prior.runtimes.get(r, fallback), name=r)
+                for r in runtimes}
+    default = EXECUTOR_DEFAULT[m.device]
+    return dataclasses.replace(
+        prior, name=name, description=f"{m.provenance['device']}, measured by profile-hw",
+        kind="gpu" if m.device == "cuda" else "cpu",
+        default_runtime=default if default in runtimes else runtimes[0], runtimes=sections,
+        peak_flops={"bf16": m.tflops * 1e12, "int8": 0.0, "fp8": 0.0},
+        bandwidth=m.copy_gbps * 1e9, memory_bytes=m.memory_gb * 1e9, measured=(),
+        sources=(f"measured on this machine by specscope profile-hw ({m.provenance['date']})",),
+        drafter_s=dict(m.drafter_s), speculation_step_s=m.speculation_step_s or 0.0,
+        draft_level_host_s=m.draft_level_s or 0.0)
+
+
+def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], command: str,
+                 wall_s: float) -> str:
+    """The profile file: header comment with provenance and fit quality, the shipped profiles'
+    sections, `[runtime.X]` per fit, `[drafters]`, `[speculation]`, `[fit.X]`, `[provenance]`
+    and the measured tables as `[[measured]]` (with their runtime)."""
+    p, cpu = m.provenance, m.device == "cpu"
+    lines = [
+        f"# {hw.name}: measured by `{command}` on {p['date']} ({wall_s:.0f} s).",
+        f"# Device: {p['device']}; {os.cpu_count()} cores, {m.threads} torch thread(s), "
+        f"torch {p['torch']}{', driver ' + p['driver'] if p['driver'] else ''}.",
+        "# Steps are the executor's own (CachedModel.prefill / verify, binary trees, batch 1: the "
+        "executor decodes",
+        "# one sequence), catalogue models with random weights, warm-up per shape, median of "
+        "repeats.",
+        "# Runtime sections: fitted with scipy least squares on log(predicted / measured) through "
+        "CostModel;",
+        f"# every {HOLD_OUT_EVERY}th point of each t(n) table held out (rotating over n). Held-out "
+        "relative error per runtime:",
+        *[f"#   {f.runtime}: median {f.heldout_median_rel_err:.1%}, max "
+          f"{f.heldout_max_rel_err:.1%} over {f.held_out} points ({f.points} fitted, "
+          f"median {f.fit_median_rel_err:.1%})" for f in fits.values()],
+        "# Prefill (context 0) runs eager under every runtime (the executor's wrappers prefill "
+        "eagerly), so",
+        "# prefill rows fit `eager`; other runtimes take its prefill_* fields. The dense-mask "
+        "attention the",
+        "# executor does not run is set equal to the split one (attn_dense_memory_eff).",
+    ]
+    if cpu:
+        lines += [
+            "# On a CPU the same thread issues and computes: step_us and layer_us stay 0 and the "
+            "host terms carry",
+            "# every fixed cost. bf16_tflops is the fp32 matrix-product rate the float32 models "
+            "run at; the cost",
+            "# model counts 16-bit bytes, so the memory efficiencies are per 16-bit byte "
+            "(float32 moves twice",
+            "# as many).",
+        ]
+    lines.append(f"# Not measured: int8 and fp8 rates (0), interconnect and dequantisation "
+                 f"({PRIORS[m.device]}'s priors).")
+    lines += [f"# {note}" for note in m.notes]
+    lines += [
+        "", f'name = "{hw.name}"', f'kind = "{hw.kind}"',
+        f'default_runtime = "{hw.default_runtime}"', f"description = {json.dumps(hw.description)}",
+        f"sources = [{', '.join(json.dumps(s) for s in hw.sources)}]", "",
+        "[compute]",
+        f"bf16_tflops = {m.tflops:.6g}    # measured: {'fp32' if cpu else 'bf16'} matrix product",
+        f"int8_tops = {hw.peak_flops['int8'] / 1e12:.6g}",
+        f"fp8_tflops = {hw.peak_flops['fp8'] / 1e12:.6g}", "",
+        "[memory]",
+        f"capacity_gb = {m.memory_gb:.4g}",
+        f"bandwidth_gbs = {m.copy_gbps:.6g}    # measured: device copy, read + write bytes", "",
+        "[interconnect]",
+        f"link_gbs = {hw.link_bandwidth / 1e9:.6g}",
+        f"max_tp = {hw.max_tp}",
+        f"allreduce_latency_us = {hw.allreduce_latency_s * 1e6:.6g}",
+        f"shard_lm_head = {str(hw.shard_lm_head).lower()}", "",
+        "[dequant]",
+        f"int8_ps_per_weight = {hw.dequant_s_per_weight[8] * 1e12:.6g}",
+        f"int4_ps_per_weight = {hw.dequant_s_per_weight[4] * 1e12:.6g}",
+        f"tile_tokens = {hw.dequant_tile}", "",
+    ]
+    date = p["date"]
+    for name in fits:
+        lines.append(runtime_toml(dataclasses.replace(
+            hw.runtimes[name], origin=f"fitted by profile-hw on {date}")))
+    if m.drafter_s:
+        lines += ["[drafters]    # host µs per drafted level (one propose call), in the loop"]
+        lines += [f"{k}_us = {v * 1e6:.4g}" for k, v in m.drafter_s.items()]
+        lines.append("")
+    if m.speculation_step_s is not None or m.draft_level_s is not None:
+        lines.append("[speculation]")
+        if m.speculation_step_s is not None:
+            lines.append(f"step_us = {m.speculation_step_s * 1e6:.4g}    # bookkeeping per step")
+        if m.draft_level_s is not None:
+            lines.append(f"level_us = {m.draft_level_s * 1e6:.4g}    # per draft-model level "
+                         "beyond its forward")
+        lines.append("")
+    for fit in fits.values():
+        lines += [f"[fit.{fit.runtime}]", f"points = {fit.points}", f"held_out = {fit.held_out}",
+                  f"heldout_median_rel_err = {fit.heldout_median_rel_err:.4f}",
+                  f"heldout_max_rel_err = {fit.heldout_max_rel_err:.4f}",
+                  f"fit_median_rel_err = {fit.fit_median_rel_err:.4f}",
+                  f"fitted = [{', '.join(json.dumps(f) for f in fit.fitted)}]", ""]
+    lines += ["[provenance]", f"device = {json.dumps(p['device'])}", f"cores = {os.cpu_count()}",
+              f"threads = {m.threads}", f"torch = {json.dumps(p['torch'])}",
+              f"driver = {json.dumps(p['driver'])}", f"date = {json.dumps(date)}",
+              f"command = {json.dumps(command)}", f"wall_s = {wall_s:.1f}", ""]
+    for (model, runtime, context), rows in _groups(m.points, ("model", "runtime",
+                                                              "context")).items():
+        lines += ["[[measured]]", f'model = "{model}"', f'runtime = "{runtime}"', "batch = 1",
+                  f"context = {context}",
+                  f"new_tokens = [{', '.join(str(p.new_tokens) for p in rows)}]",
+                  f"time_ms = [{', '.join(f'{p.time_s * 1e3:.4g}' for p in rows)}]",
+                  f'source = "profile-hw {date}"', ""]
+    return "\n".join(lines)
+
+
+def _groups(points: Sequence[Point], keys: tuple[str, ...]) -> dict[tuple, list[Point]]:
+    """Points grouped by the fields `keys` (groups in sorted order), n increasing in each."""
+    groups: dict[tuple, list[Point]] = {}
+    for p in sorted(points, key=lambda p: (*(getattr(p, k) for k in keys), p.new_tokens)):
+        groups.setdefault(tuple(getattr(p, k) for k in keys), []).append(p)
+    return groups
+
+
+def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
+               quick: bool = False, threads: int = 1, output: Path | None = None,
+               progress: Progress | None = None, grid: Grid | None = None,
+               command: str = "specscope profile-hw") -> ProfileResult:
+    """Measure this machine, fit each runtime and write the profile (default: the user profile
+    directory, `<name>.toml`); `grid` replaces the device's default grid (tests)."""
+    start = time.perf_counter()
+    base, chosen = check_request(name, device, runtimes, threads)
+    path = Path(output) if output is not None else user_profile_dir() / f"{name}.toml"
+    grid = grid or GRIDS[(device, quick)]
+    specs = {model: get_model(model) for model in (*grid.models, grid.draft_model)}
+    torch.set_num_threads(threads)
+    steps = _jobs(grid, chosen, specs)
+    phases = ["peak FLOP/s and copy rate", *[what for what, _ in steps],
+              "drafters and bookkeeping", *[f"fitting {r.kind}" for r in chosen]]
+    report = progress or (lambda done, total, what: None)
+    total = len(phases)
+    report(0, total, phases[0])
+    m = Measurements(device, threads, matmul_rate(base), copy_rate(base), memory_gb(base),
+                     provenance=provenance(base))
+    for i, (what, job) in enumerate(steps, start=1):
+        report(i, total, what)
+        m.points += job()
+    release()
+    report(len(steps) + 1, total, phases[len(steps) + 1])
+    host_costs(m, base, specs[grid.draft_model], grid)
+    hw = base_profile(name, m, [r.kind for r in chosen])
+    fits: dict[str, Fit] = {}
+    for i, runtime in enumerate(chosen, start=len(steps) + 2):
+        report(i, total, phases[i])
+        if runtime.kind != "eager" and "eager" in fits:  # prompts run eager under every runtime
+            eager = fits["eager"].values
+            hw = with_runtime(hw, runtime.kind, **{f: eager[f] for f in PREFILL_FIELDS})
+        points = [p for p in m.points if p.runtime == runtime.kind]
+        fits[runtime.kind] = fit_runtime(hw, runtime.kind, points, specs)
+        hw = with_runtime(hw, runtime.kind, **fits[runtime.kind].values)
+    report(total, total, "writing")
+    wall = time.perf_counter() - start
+    write_text_atomic(path, profile_toml(hw, m, fits, command, wall))
+    return ProfileResult(path, fits, m, wall)
+
+
+def _jobs(grid: Grid, chosen: Sequence[Runtime], specs: dict[str, ModelSpec]
+          ) -> list[tuple[str, Callable[[], list[Point]]]]:
+    """The step and prefill measurements of a run, each with what it measures."""
+    jobs: list[tuple[str, Callable[[], list[Point]]]] = []
+    for runtime in chosen:
+        eager = runtime.kind == "eager"
+        ns = grid.ns if eager else grid.static_ns
+        for model in grid.models:
+            spec = specs[model]
+            contexts = [c for c in (grid.contexts if eager else grid.static_contexts)
+                        if c + max(ns) + 1 <= spec.max_seq_len]
+            if contexts:
+                jobs.append((f"{model} {runtime.kind}",
+                             lambda s=spec, r=runtime, c=contexts, n=ns:
+                             measure_steps(s, r, c, n, grid.repeats)))
+    if any(r.kind == "eager" for r in chosen) and grid.prefill:
+        for model in grid.models:
+            spec = specs[model]
+            lengths = [t for t in grid.prefill if t + 1 <= spec.max_seq_len]
+            if lengths:
+                jobs.append((f"{model} prefill", lambda s=spec, t=lengths, r=chosen[0]:
+                             measure_prefill(s, r, t, grid.repeats)))
+    return jobs
+
+
+def host_costs(m: Measurements, base: Runtime, draft: ModelSpec, grid: Grid) -> None:
+    """Fill the drafters' host cost, the draft-model level cost and the loop's bookkeeping into
+    `m` (`measure_loop`), or a note where the executor's loop cannot be imported here (no polars
+    on the image)."""
+    try:
+        costs = measure_loop(draft, base, prompt_tokens(), grid.draft_levels)
+    except ImportError as exc:
+        m.notes.append(f"drafter and bookkeeping costs not measured: {exc}")
+        return
+    m.drafter_s = costs.drafter_s
+    m.draft_level_s, m.speculation_step_s = costs.draft_level_s, costs.step_s

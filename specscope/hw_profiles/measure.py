@@ -1,0 +1,275 @@
+"""What `profile-hw` measures, through the executor's own path: timing helpers (shared with
+`benchmarks/gpu_verify.py`), the device's peak rates, verification and prefill steps of models
+with random weights, draft-model levels, model-free drafters and the speculative loop's
+bookkeeping. `calibrate.py` fits and writes what these return.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import gc
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from specscope.executor.runtime import Runtime
+from specscope.executor.targets import CachedModel, HybridModel, Model, SSMModel
+from specscope.hw_profiles.profile import DRAFTERS
+from specscope.models.spec import ModelSpec
+from specscope.models.torch import Hybrid, Mamba2, Transformer
+from specscope.tree import Tree
+
+if TYPE_CHECKING:  # the drafters import polars, which the GPU image may lack
+    pass
+
+DRAFTER_TREE = 15
+"""Drafters are timed filling a complete binary tree of this many nodes: three propose calls (over
+1, 2 and 4 parents), one per drafted level."""
+PROMPTS = "builtin:code-edit"
+BOOKKEEPING_TARGET = "tiny-code"
+"""The target of the loop runs that measure drafting and bookkeeping (`measure_loop`)."""
+LOOP_TOKENS = 32
+"""New tokens per loop run."""
+WARMUP_FIRST = 20
+"""Warm-up calls of a context's first shape (a model's first calls run slower for ~20 calls)."""
+
+
+# ---- timing helpers (shared with benchmarks/gpu_verify.py) ------------------------------------
+
+
+def build(spec: ModelSpec, runtime: Runtime, max_len: int) -> Model:
+    """Random weights of `spec` (seed 0) wrapped as the executor runs them, with room for
+    `max_len` tokens (a static cache of exactly that size: the static step reads all of it)."""
+    spec = dataclasses.replace(spec, max_seq_len=max(spec.max_seq_len, max_len))
+    cls = {"transformer": Transformer, "ssm": Mamba2, "hybrid": Hybrid}[spec.arch]
+    model = cls.random(spec, seed=0, dtype=runtime.dtype, device=runtime.device)
+    if spec.arch == "transformer":
+        return CachedModel(model, spec.name, spec.vocab_size, runtime, max_len=max_len)
+    if spec.arch == "ssm":
+        return SSMModel(model, spec.name, runtime=runtime)
+    return HybridModel(model, spec.name, runtime)
+
+
+def timer(runtime: Runtime, fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
+    """Median milliseconds of `fn` after `warmup` calls: CUDA events on a GPU, perf_counter on a
+    CPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if runtime.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            start_s = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - start_s))
+    return statistics.median(times)
+
+
+def copy_rate(runtime: Runtime) -> float:
+    """GB/s of a device-to-device copy of a buffer larger than any cache, read + write bytes
+    counted (median of 10)."""
+    size = (1 << 28) if runtime.device.type == "cuda" else (1 << 26)
+    src = torch.ones(size, dtype=torch.uint8, device=runtime.device)
+    dst = torch.empty_like(src)
+    ms = timer(runtime, lambda: dst.copy_(src), 10)
+    return 2 * size / (ms * 1e-3) / 1e9
+
+
+def matmul_rate(runtime: Runtime) -> float:
+    """TFLOP/s of a large square matrix product in the runtime's dtype (median of 5)."""
+    size = 8192 if runtime.device.type == "cuda" else 2048
+    a = torch.randn(size, size, dtype=runtime.dtype, device=runtime.device)
+    b = torch.randn(size, size, dtype=runtime.dtype, device=runtime.device)
+    ms = timer(runtime, lambda: a @ b, 5, warmup=2)
+    return 2 * size**3 / (ms * 1e-3) / 1e12
+
+
+def binary_tree(n: int) -> Tree:
+    """A complete binary tree of n nodes in BFS order (parent of i: (i − 1) // 2)."""
+    return Tree.from_parents([-1] + [(i - 1) // 2 for i in range(1, n)])
+
+
+def provenance(runtime: Runtime) -> dict[str, str]:
+    """Device (GPU name, or CPU model and threads), driver, torch version and today's date."""
+    driver = ""
+    if runtime.device.type == "cuda":
+        device = torch.cuda.get_device_name(runtime.device)
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            driver = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, check=False).stdout
+            driver = driver.strip().splitlines()[0] if driver.strip() else ""
+        driver = f"{driver} (CUDA {torch.version.cuda})".strip()
+    else:
+        cpuinfo = Path("/proc/cpuinfo")
+        lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+        cpu = next((line.split(":", 1)[1].strip() for line in lines
+                    if line.startswith("model name")), "cpu")
+        device = f"{cpu}, {torch.get_num_threads()} thread(s)"
+    return {"device": device, "driver": driver, "torch": torch.__version__,
+            "date": datetime.date.today().isoformat()}
+
+
+def release() -> None:
+    """Drop compiled versions, captured graphs and cached device memory of the last group."""
+    torch.compiler.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+
+# ---- measurements ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured forward of one sequence (the executor's batch): `new_tokens` after `context`
+    committed tokens (0: a prompt)."""
+
+    model: str
+    runtime: str
+    context: int
+    new_tokens: int
+    time_s: float
+
+
+def measure_steps(spec: ModelSpec, runtime: Runtime, contexts: Sequence[int], ns: Sequence[int],
+                  repeats: int) -> list[Point]:
+    """Median seconds of verifying binary trees of each n after each context, through
+    `CachedModel.verify`, the repeats interleaved over n. Static runtimes get a model per context
+    (their step reads the whole static cache, so it is sized to the context); eager one model
+    for all."""
+    points: list[Point] = []
+    wrapped: Model | None = None
+    for context in contexts:
+        if wrapped is None or runtime.kind != "eager":
+            wrapped = None  # freed before the next one is built
+            release()
+            room = max(contexts) if runtime.kind == "eager" else context
+            wrapped = build(spec, runtime, room + max(ns) + 1)
+        generator = torch.Generator().manual_seed(0)
+        wrapped.prefill(torch.randint(0, spec.vocab_size, (context + 1,), generator=generator),
+                        context + max(ns) + 1)
+        calls = {n: partial(wrapped.verify, torch.arange(n) % spec.vocab_size, binary_tree(n))
+                 for n in ns}
+        for i, call in enumerate(calls.values()):
+            for _ in range(WARMUP_FIRST if i == 0 else 3):
+                call()
+        times: dict[int, list[float]] = {n: [] for n in ns}
+        for _ in range(repeats):  # interleaved: a burst of load from elsewhere hits every n
+            for n, call in calls.items():
+                times[n].append(timer(runtime, call, 1, warmup=0))
+        points += [Point(spec.name, runtime.kind, context, n, statistics.median(ms) * 1e-3)
+                   for n, ms in times.items()]
+    return points
+
+
+def measure_prefill(spec: ModelSpec, runtime: Runtime, lengths: Sequence[int], repeats: int
+                    ) -> list[Point]:
+    """Prompts of each length (context 0) through `CachedModel.prefill` under eager (what every
+    runtime's wrapper runs for a prompt)."""
+    eager = dataclasses.replace(runtime, kind="eager")
+    wrapped = build(spec, eager, max(lengths) + 1)
+    points = []
+    for tokens in lengths:
+        prompt = torch.arange(tokens + 1) % spec.vocab_size
+        ms = timer(eager, lambda p=prompt, t=tokens: wrapped.prefill(p, t + 1), repeats)
+        points.append(Point(spec.name, "eager", 0, tokens, ms * 1e-3))
+    return points
+
+
+def prompt_tokens() -> list[int]:
+    """The first code-edit prompt in the zoo tokenizer's ids: real text for drafters to match."""
+    from specscope.models.zoo import load_zoo_tokenizer
+    from specscope.models.zoo.prompts import load_prompts
+
+    return list(load_zoo_tokenizer().encode(load_prompts(PROMPTS)[0]))
+
+
+@dataclass(frozen=True)
+class LoopCosts:
+    """Host seconds of the speculative loop as it runs (`measure_loop`)."""
+
+    drafter_s: dict[str, float]
+    """Per model-free drafter: its drafting phase per propose call (one drafted level)."""
+    draft_level_s: float
+    """Per draft-model level: its drafting phase beyond the bare forwards it ran."""
+    step_s: float
+    """Per step: the bookkeeping phase (verification rule, commit, drafter updates)."""
+
+
+def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: int,
+                 runs: int = 3) -> LoopCosts:
+    """The loop's host costs measured inside `decode_speculative` (the zoo's tiny-code target,
+    eager, greedy), where they are paid: after every target verification the drafter's code and
+    data are cold, so timing a drafter alone under-prices it (≈ 3× for n-gram on a 2-core CPU).
+
+    Model-free drafters draft chains of `levels`; their drafting phase (`PhaseTimes.draft_s`)
+    is divided by their propose calls (wider levels cost more per call: a binary tree's calls
+    measured ≈ 2× a chain's for n-gram, which this leaves out). The draft model
+    (`draft`, random weights, under `runtime`) drafts a chain of `levels`; its drafting phase
+    less the same forwards timed alone (each call's size, median of repeats) is divided by its
+    forwards.
+    Bookkeeping is the median over runs of `PhaseTimes.bookkeeping_s` per step."""
+    from specscope.executor.drafters import make_drafter
+    from specscope.executor.loop import PhaseTimes, decode_speculative
+    from specscope.executor.methods import static_method
+    from specscope.executor.targets import load_model
+
+    target = load_model(BOOKKEEPING_TARGET, runtime=dataclasses.replace(runtime, kind="eager"))[0]
+    model = build(draft, runtime, len(prompt) + 2 * LOOP_TOKENS + levels + 1)
+    drafter_s: dict[str, float] = {}
+    bookkeeping: list[float] = []
+
+    forwards: list[float] = []
+
+    def timed_forward(tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
+        start = time.perf_counter()
+        out = CachedModel.verify(model, tokens, tree)
+        forwards.append(time.perf_counter() - start)
+        return out
+
+    def run(kind: str, tree: Tree) -> tuple[float, list[int]]:
+        """Drafting seconds and the sizes of the drafter's calls (propose, or draft forwards);
+        for the draft model, its forwards' own seconds are subtracted."""
+        drafter = make_drafter(kind, target.vocab_size, model)
+        sizes: list[int] = []
+        if kind == "draft":
+            model.verify = lambda tokens, t: (sizes.append(t.size), timed_forward(tokens, t))[1]
+        else:
+            propose = drafter.propose
+            drafter.propose = lambda nodes, k: (sizes.append(len(nodes)), propose(nodes, k))[1]
+        method = static_method("chain", tree, "profile-hw")
+        best = float("inf")
+        for _ in range(runs):
+            times, sizes[:], forwards[:] = PhaseTimes(), [], []
+            steps = len(decode_speculative(target, drafter, method, prompt, LOOP_TOKENS,
+                                           times=times).tree_sizes)
+            bookkeeping.append(times.bookkeeping_s / steps)
+            best = min(best, times.draft_s - sum(forwards))
+        if kind == "draft":
+            del model.verify  # the instance attribute shadowed the method
+        return best, sizes
+
+    for kind in DRAFTERS:
+        seconds, calls = run(kind, Tree.chain(levels))
+        drafter_s[kind] = seconds / len(calls)
+    seconds, calls = run("draft", Tree.chain(levels))
+    return LoopCosts(drafter_s, max(0.0, seconds / len(calls)),
+                     statistics.median(bookkeeping))

@@ -1,0 +1,162 @@
+"""profile-hw: a tiny measured profile loads and prices, the fit recovers known terms, bad input
+is one line and exit 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specscope.cli import main
+from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.calibrate import (
+    Grid,
+    Point,
+    fit_runtime,
+    predict,
+    profile_hw,
+    split_held_out,
+)
+from specscope.hw_profiles.profile import DATA_DIR, PROFILE_DIR_ENV
+from specscope.hw_profiles.runtime import with_runtime
+from specscope.models import get_model
+
+TINY = Grid(models=("tiny-code-draft", "tiny-code"), ns=(1, 2, 4), contexts=(16, 48),
+            static_ns=(1,), static_contexts=(16,), prefill=(8, 24), draft_model="tiny-code-draft",
+            draft_levels=2, repeats=2)
+"""A grid that measures in a few seconds on two cores."""
+
+
+@pytest.fixture
+def profile_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty user profile directory."""
+    folder = tmp_path / "profiles"
+    monkeypatch.setenv(PROFILE_DIR_ENV, str(folder))
+    return folder
+
+
+def test_tiny_run_writes_a_profile_that_load_profile_finds_and_cost_model_prices(
+        profile_dir: Path) -> None:
+    threads = torch.get_num_threads()
+    seen: list[tuple[int, int]] = []
+    try:
+        result = profile_hw("tiny-box", runtimes=["eager"], grid=TINY,
+                            progress=lambda done, total, _: seen.append((done, total)))
+    finally:
+        torch.set_num_threads(threads)
+    assert result.path == profile_dir / "tiny-box.toml"
+    assert seen[-1][0] == seen[-1][1] and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    hw = load_profile("tiny-box")
+    assert (hw.name, hw.kind, hw.default_runtime, list(hw.runtimes)) == (
+        "tiny-box", "cpu", "eager", ["eager"])
+    assert hw.runtimes["eager"].origin.startswith("fitted by profile-hw on ")
+    assert hw.peak_flops["bf16"] > 1e9 and hw.bandwidth > 1e8
+    assert set(hw.drafter_s) == {"ngram", "suffix", "recycle", "goose"}
+    assert all(0 < s < 0.1 for s in hw.drafter_s.values())
+    assert 0 < hw.speculation_step_s < 0.1 and 0 <= hw.draft_level_host_s < 0.1
+    # every step and prompt measured is a [[measured]] table of the eager runtime
+    contexts = {(m.model, m.context) for m in hw.measured}
+    assert contexts == {(m, c) for m in TINY.models for c in (0, *TINY.contexts)}
+    assert all(m.runtime == "eager" for m in hw.measured)
+    spec = get_model("tiny-code")
+    step = CostModel(hw, spec, runtime="eager").forward(1, 2, 48)
+    assert step.source == "measured" and step.time_s > 0
+    text = result.path.read_text()
+    doc = tomllib.loads(text)
+    assert doc["provenance"]["threads"] == 1 and doc["provenance"]["torch"] == torch.__version__
+    assert set(doc["fit"]["eager"]) >= {"heldout_median_rel_err", "heldout_max_rel_err"}
+    fit = result.fits["eager"]
+    assert fit.held_out + fit.points == len(result.measurements.points) > 2 * fit.held_out > 0
+    # the fitted formula alone (tables dropped) is close to what it was fitted on
+    bare = dataclasses.replace(hw, measured=())
+    assert CostModel(bare, spec, runtime="eager").forward(1, 2, 48).source == "roofline"
+
+
+TRUE = {"host_step_us": 180.0, "host_layer_us": 55.0, "gemv_memory_eff": 0.45,
+        "gemm_compute_eff": 0.35}
+"""Runtime terms the synthetic measurements are generated with."""
+
+
+def synthetic(hw_true, models: tuple[str, ...]) -> tuple[list[Point], dict]:
+    """Points priced by `CostModel` itself on `hw_true`: decode grid and prompts."""
+    specs = {m: get_model(m) for m in models}
+    grid = [(m, c, n) for m in models for c in (64, 256, 1024) for n in (1, 2, 4, 8, 16, 32, 64)]
+    grid += [(m, 0, n) for m in models for n in (32, 128, 512)]
+    points = [Point(m, "eager", c, n, 1.0) for m, c, n in grid]
+    times = predict(hw_true, "eager", points, specs)
+    return [dataclasses.replace(p, time_s=float(t)) for p, t in zip(points, times, strict=True)
+            ], specs
+
+
+def test_fit_recovers_the_terms_cost_model_generated_the_measurements_with() -> None:
+    # blend 1 (memory and compute times add) keeps every term visible in the times; under a max
+    # a term hidden behind a larger one is not identifiable
+    prior = with_runtime(dataclasses.replace(load_profile(DATA_DIR / "cpu-2core.toml"),
+                                             measured=()), "eager", blend=1.0)
+    truth = with_runtime(prior, "eager", **TRUE)
+    points, specs = synthetic(truth, ("tiny-code-draft", "tiny-code", "llama-68m",
+                                      "llama-3.2-1b"))
+    fit = fit_runtime(prior, "eager", points, specs, fields=tuple(TRUE), prior_weight=0.0)
+    for key, value in TRUE.items():
+        assert fit.values[key] == pytest.approx(value, rel=0.03), key
+    assert fit.heldout_max_rel_err < 0.01
+    # a fit of every field from the priors still reproduces the points it did not see
+    full = fit_runtime(prior, "eager", points, specs)
+    assert full.heldout_median_rel_err < 0.02
+    assert {"prefill_compute_eff", "blend"} <= set(full.fitted)
+    assert "step_us" not in full.fitted  # on a CPU the host terms carry the fixed costs
+
+
+def test_a_wrong_fit_is_seen_on_held_out_points() -> None:
+    prior = dataclasses.replace(load_profile(DATA_DIR / "cpu-2core.toml"), measured=())
+    points, specs = synthetic(with_runtime(prior, "eager", **TRUE), ("tiny-code", "llama-68m"))
+    train, held = split_held_out(points)
+    assert len(held) == len(points) // 4 and {p.new_tokens for p in train} == {
+        p.new_tokens for p in points}  # every n stays in the fit
+    noisy = train + [dataclasses.replace(p, time_s=p.time_s * 3.0) for p in held]
+    fit = fit_runtime(prior, "eager", noisy, specs, fields=tuple(TRUE))
+    assert fit.heldout_median_rel_err == pytest.approx(2 / 3, rel=0.05)
+    assert np.isfinite(fit.fit_median_rel_err) and fit.fit_median_rel_err < 0.01
+
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Run:
+    """Run the CLI in-process; return (exit code, stdout, stderr)."""
+
+    def _run(*args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exc:
+            main(list(args))
+        out, err = capsys.readouterr()
+        return int(exc.value.code or 0), out, err
+
+    return _run
+
+
+BAD = [
+    (["--name", "box", "--runtime", "turbo"], "turbo"),
+    (["--name", "box", "--runtime", "eager,graph"], "graph"),
+    (["--name", "../x"], "../x"),
+    (["--name", "box", "--device", "tpu"], "--device"),
+    (["--name", "box", "--threads", "0"], "--threads"),
+]
+if not torch.cuda.is_available():
+    BAD.append((["--name", "box", "--device", "cuda"], "cuda"))
+
+
+@pytest.mark.parametrize(("args", "needle"), BAD)
+def test_bad_input_is_one_line_exit_2_and_nothing_written(run: Run, profile_dir: Path,
+                                                          tmp_path: Path, args: list[str],
+                                                          needle: str) -> None:
+    out_file = tmp_path / "p.toml"
+    code, _, err = run("profile-hw", *args, "-o", str(out_file))
+    assert code == 2, err
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert not out_file.exists() and not profile_dir.exists()
