@@ -205,6 +205,58 @@ def generate(
 
 
 @app.command()
+def validate(
+    hw: Hw,
+    model: Annotated[str, typer.Option(help="Zoo target model (tiny-code, ...).")],
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto (cuda when available).")] = (
+        "auto"
+    ),
+    runtime: Annotated[str | None, typer.Option(help="eager, graph (CUDA graphs) or compile "
+                                                     "(default: graph on cuda, eager on cpu).")
+                       ] = None,
+    prompts: Annotated[str, typer.Option(help="Comma list of prompt sets, split into "
+                                              "calibration and held-out halves.")] = (
+        "builtin:code-edit,builtin:stdlib-code"
+    ),
+    quick: Annotated[bool, typer.Option(help="Nine configurations, 64 + 64 prompts, one "
+                                             "pass.")] = False,
+    seed: Annotated[int, typer.Option(help="Random seed (prompt split, sampling).")] = 0,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: those the "
+                                                     "profile was measured with).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Folder for the "
+                                                "per-configuration table (parquet).")] = None,
+) -> None:
+    """Predicted against measured speculative decoding on held-out prompts (batch 1)."""
+    from specscope.validate.compare import ValidateRequest, run_validate
+    from specscope.validate.report import (
+        config_table,
+        recommendation_line,
+        summary_table,
+        write_table,
+    )
+
+    request = ValidateRequest(hw=hw, model=model, device=device, runtime=runtime, quick=quick,
+                              prompts=prompts, seed=seed, threads=threads)
+    with _progress("validating") as bar:
+        task = bar.add_task("validating", total=None)
+        result = run_validate(
+            request, progress=lambda done, total: bar.update(task, completed=done, total=total)
+        )
+    doc = result.to_dict()
+    if output is not None:
+        write_table(result, output)
+    if as_json:
+        _emit(doc, True, None)
+        return
+    console.print(config_table(doc))
+    console.print(summary_table(doc))
+    console.print(recommendation_line(doc))
+    for note in doc["notes"]:
+        console.print(f"note: {note}")
+
+
+@app.command()
 def collect(
     model: Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")],
     prompts: Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a "

@@ -42,6 +42,7 @@ from specscope.executor.runtime import RUNTIMES, Runtime
 from specscope.hw_profiles.cost import CostModel
 from specscope.hw_profiles.fit import least_squares_fit
 from specscope.hw_profiles.measure import (
+    LoopCosts,
     Point,
     copy_rate,
     matmul_rate,
@@ -220,6 +221,7 @@ class Measurements:
     drafter_s: dict[str, float] = field(default_factory=dict)
     speculation_step_s: float | None = None
     draft_level_s: float | None = None
+    loop: LoopCosts | None = None
     notes: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
 
@@ -427,6 +429,10 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
         points = [p for p in m.points if p.runtime == runtime.kind]
         fits[runtime.kind] = fit_runtime(hw, runtime.kind, points, specs)
         hw = with_runtime(hw, runtime.kind, **fits[runtime.kind].values)
+    if m.loop is not None:
+        priced = base.kind if base.kind in hw.runtimes else chosen[0].kind
+        m.draft_level_s = level_host_s(hw, priced, specs[grid.draft_model], m.loop)
+        hw = dataclasses.replace(hw, draft_level_host_s=m.draft_level_s)
     report(total, total, "writing")
     wall = time.perf_counter() - start
     write_text_atomic(path, profile_toml(hw, m, fits, command, wall))
@@ -463,9 +469,17 @@ def host_costs(m: Measurements, base: Runtime, draft: ModelSpec, grid: Grid) -> 
     `m` (`measure_loop`), or a note where the executor's loop cannot be imported here (no polars
     on the image)."""
     try:
-        costs = measure_loop(draft, base, prompt_tokens(), grid.draft_levels)
+        m.loop = measure_loop(draft, base, prompt_tokens(), grid.draft_levels)
     except ImportError as exc:
         m.notes.append(f"drafter and bookkeeping costs not measured: {exc}")
         return
-    m.drafter_s = costs.drafter_s
-    m.draft_level_s, m.speculation_step_s = costs.draft_level_s, costs.step_s
+    m.drafter_s, m.speculation_step_s = m.loop.drafter_s, m.loop.step_s
+
+
+def level_host_s(hw: HardwareProfile, runtime: str, draft: ModelSpec, loop: LoopCosts) -> float:
+    """Host seconds per draft-model level: the drafting phase measured in the loop less what the
+    fitted `runtime` prices its forwards at, per forward (≥ 0). Priced this way, a level costs
+    the model's forward plus this, which sums to what the loop measured."""
+    model = CostModel(hw, draft, runtime=runtime)
+    forwards = sum(float(model.forward_time(1, n, loop.context)) for n in loop.draft_forwards)
+    return max(0.0, (loop.draft_s - forwards) / len(loop.draft_forwards))

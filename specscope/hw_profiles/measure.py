@@ -208,8 +208,12 @@ class LoopCosts:
 
     drafter_s: dict[str, float]
     """Per model-free drafter: its drafting phase per propose call (one drafted level)."""
-    draft_level_s: float
-    """Per draft-model level: its drafting phase beyond the bare forwards it ran."""
+    draft_s: float
+    """The draft model's drafting phase (its forwards included) over one run..."""
+    draft_forwards: tuple[int, ...]
+    """... the sizes (tokens) of the forwards it ran ..."""
+    context: int
+    """... and their typical context (prompt plus half the new tokens)."""
     step_s: float
     """Per step: the bookkeeping phase (verification rule, commit, drafter updates)."""
 
@@ -222,11 +226,11 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
 
     Model-free drafters draft chains of `levels`; their drafting phase (`PhaseTimes.draft_s`)
     is divided by their propose calls (wider levels cost more per call: a binary tree's calls
-    measured ≈ 2× a chain's for n-gram, which this leaves out). The draft model
-    (`draft`, random weights, under `runtime`) drafts a chain of `levels`; its drafting phase
-    less the same forwards timed alone (each call's size, median of repeats) is divided by its
-    forwards.
-    Bookkeeping is the median over runs of `PhaseTimes.bookkeeping_s` per step."""
+    measured ≈ 2× a chain's for n-gram, which this leaves out). The draft model (`draft`,
+    random weights, under `runtime`) drafts a chain of `levels`; its drafting phase and the
+    sizes of its forwards are returned, so that the host cost of a level is taken beyond what
+    the fitted cost model prices those forwards at (`calibrate.level_host_s`). Bookkeeping is
+    the median over runs of `PhaseTimes.bookkeeping_s` per step."""
     from specscope.executor.drafters import make_drafter
     from specscope.executor.loop import PhaseTimes, decode_speculative
     from specscope.executor.methods import static_method
@@ -237,32 +241,25 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
     drafter_s: dict[str, float] = {}
     bookkeeping: list[float] = []
 
-    forwards: list[float] = []
-
-    def timed_forward(tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
-        start = time.perf_counter()
-        out = CachedModel.verify(model, tokens, tree)
-        forwards.append(time.perf_counter() - start)
-        return out
-
     def run(kind: str, tree: Tree) -> tuple[float, list[int]]:
-        """Drafting seconds and the sizes of the drafter's calls (propose, or draft forwards);
-        for the draft model, its forwards' own seconds are subtracted."""
+        """Drafting seconds (fastest run) and the sizes of the drafter's calls (propose, or
+        draft forwards)."""
         drafter = make_drafter(kind, target.vocab_size, model)
         sizes: list[int] = []
         if kind == "draft":
-            model.verify = lambda tokens, t: (sizes.append(t.size), timed_forward(tokens, t))[1]
+            forward = model.verify
+            model.verify = lambda tokens, t: (sizes.append(t.size), forward(tokens, t))[1]
         else:
             propose = drafter.propose
             drafter.propose = lambda nodes, k: (sizes.append(len(nodes)), propose(nodes, k))[1]
         method = static_method("chain", tree, "profile-hw")
         best = float("inf")
         for _ in range(runs):
-            times, sizes[:], forwards[:] = PhaseTimes(), [], []
+            times, sizes[:] = PhaseTimes(), []
             steps = len(decode_speculative(target, drafter, method, prompt, LOOP_TOKENS,
                                            times=times).tree_sizes)
             bookkeeping.append(times.bookkeeping_s / steps)
-            best = min(best, times.draft_s - sum(forwards))
+            best = min(best, times.draft_s)
         if kind == "draft":
             del model.verify  # the instance attribute shadowed the method
         return best, sizes
@@ -271,5 +268,5 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
         seconds, calls = run(kind, Tree.chain(levels))
         drafter_s[kind] = seconds / len(calls)
     seconds, calls = run("draft", Tree.chain(levels))
-    return LoopCosts(drafter_s, max(0.0, seconds / len(calls)),
+    return LoopCosts(drafter_s, seconds, tuple(calls), len(prompt) + LOOP_TOKENS // 2,
                      statistics.median(bookkeeping))

@@ -212,7 +212,8 @@ def _hardware_aware(algo: str, setup: Setup, budgets: Sequence[int]) -> list[Sco
         return [rows[min(b, SPECDECPP_MAX_LEN + 1)] for b in budgets]
     if algo == DP_REFERENCE:
         dp = SequoiaDP(setup.p, max(budgets), setup.max_depth)
-        steps = setup.pricing.step_table(max(budgets), dp.table.shape[1] - 1)
+        steps = setup.pricing.step_table(max(budgets), dp.table.shape[1] - 1,
+                                          setup.source)
         trees = [
             dp.tree(*choose_size(dp.table, range(1, b + 1), steps), source=setup.source)
             for b in budgets

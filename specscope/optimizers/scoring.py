@@ -1,11 +1,15 @@
 """One scoring for every method: expected tokens, trace replay, and step time on hardware.
 
-A speculative step costs d draft levels plus one verification of the n tree tokens:
-step = d · t_draft + t_verify(n). t_draft is one draft forward of a single token at the
-context length (draft levels of a small model at batch 1 are memory-bound, so a level of
-width w costs about the same; the executor measures the difference); a model-free drafter
-(n-gram, suffix, recycling) costs 0. Speedup compares tokens/s with autoregressive decoding
-(one target forward per token) on the same hardware and context.
+A speculative step costs its drafted levels, one verification of the n tree tokens and the
+loop's bookkeeping: step = Σ_levels t_level + t_verify(n) + t_step. A draft-model level is one
+draft forward of a single token at the context length (draft levels of a small model at batch 1
+are memory-bound, so a level of width w costs about the same; the executor measures the
+difference; a tree's level forwards the nodes above it) plus the host's per-level work (tree
+build, top-k: the profile's `draft_level_host_s`); a model-free drafter's level (n-gram, suffix,
+recycling) is one proposal call, `drafter_s[source]` on the profile; t_step is the profile's
+`speculation_step_s` (rule, commit, drafter updates). Host costs a profile has not measured
+count 0. Speedup compares tokens/s with autoregressive decoding (one target forward per token)
+on the same hardware and context.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 from specscope.hw_profiles import CostModel
 from specscope.trace import Trace, replay
 from specscope.trace.schema import MODEL_FREE_SOURCES
-from specscope.tree import ROOT_SOURCE, Tree
+from specscope.tree import Tree
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,23 @@ class Pricing:
             return 0.0
         return float(self.drafter.forward_time(self.batch, 1, self.context_len))
 
+    def level_s(self, source: str, forwarded: int = 1) -> float:
+        """Seconds of one drafted level of `source`: a model-free drafter's propose call
+        (`drafter_s`), or a draft-model forward of the `forwarded` nodes it runs (the parents
+        and their ancestors) plus its host work."""
+        hw = self.target.hw
+        if source in MODEL_FREE_SOURCES:
+            return hw.drafter_s.get(source, 0.0)
+        if self.drafter is None:
+            return 0.0
+        forward = self.drafter.forward_time(self.batch, forwarded, self.context_len)
+        return float(forward) + hw.draft_level_host_s
+
+    @property
+    def bookkeeping_s(self) -> float:
+        """Host seconds of one speculative step's bookkeeping (rule, commit, drafter updates)."""
+        return self.target.hw.speculation_step_s
+
     @cached_property
     def autoregressive_s(self) -> float:
         """Seconds per token of plain autoregressive decoding."""
@@ -53,30 +74,32 @@ class Pricing:
             )
         )
 
-    def step_table(self, max_n: int, max_depth: int) -> np.ndarray:
+    def step_table(self, max_n: int, max_depth: int, source: str) -> np.ndarray:
         """Seconds of one step for every tree size n ≤ max_n (rows) and depth d (columns):
-        d draft levels + one verification of n tokens; row 0 is +inf (no tree has 0 nodes)."""
+        d levels of `source` + one verification of n tokens + bookkeeping; row 0 is +inf (no
+        tree has 0 nodes)."""
         sizes = np.arange(1, max_n + 1)
         table = np.full((max_n + 1, max_depth + 1), np.inf)
         for d in range(max_depth + 1):
             verify = self.target.verify_time(sizes, self.context_len, batch=self.batch, depth=d,
                                              ssm_verify=self.ssm_verify)
-            table[1:, d] = d * self.draft_level_s + np.asarray(verify, dtype=float)
+            table[1:, d] = (d * self.level_s(source) + np.asarray(verify, dtype=float)
+                            + self.bookkeeping_s)
         return table
 
     def tree_step_s(self, tree: Tree) -> float:
-        """Seconds for one speculative step with this tree.
-
-        Only levels holding a node of a draft model cost a draft forward; n-gram, suffix and
-        recycling candidates are free.
-        """
-        drafted = {
-            int(d)
-            for d, s in zip(tree.depths, tree.sources, strict=True)
-            if s != ROOT_SOURCE and s not in MODEL_FREE_SOURCES
-        }
+        """Seconds for one speculative step with this tree: one level per (depth, source) of its
+        drafted nodes, the verification and the bookkeeping."""
         verify = self.verify_s(tree.size, tree.depth, int(tree.leaves.size))
-        return len(drafted) * self.draft_level_s + verify
+        return self.draft_s(tree) + verify + self.bookkeeping_s
+
+    def draft_s(self, tree: Tree) -> float:
+        """Seconds drafting `tree`: one `level_s` per (depth, source) holding drafted nodes; a
+        draft-model level forwards the nodes above it (root first)."""
+        levels = {(int(tree.depths[v]), tree.sources[v]) for v in range(1, tree.size)}
+        above = np.cumsum(np.bincount(tree.depths, minlength=tree.depth + 1))
+        return sum(self.level_s(source, int(above[depth - 1]))
+                   for depth, source in levels)
 
 
 @dataclass(frozen=True)
