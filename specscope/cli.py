@@ -231,6 +231,7 @@ def validate(
     from specscope.validate.compare import ValidateRequest, run_validate
     from specscope.validate.report import (
         config_table,
+        drift_line,
         recommendation_line,
         summary_table,
         write_table,
@@ -252,6 +253,9 @@ def validate(
     console.print(config_table(doc))
     console.print(summary_table(doc))
     console.print(recommendation_line(doc))
+    drift = drift_line(doc)
+    if drift:
+        console.print(drift)
     for note in doc["notes"]:
         console.print(f"note: {note}")
 

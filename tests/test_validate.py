@@ -51,6 +51,9 @@ def test_json_has_the_summaries_and_recommendation(small: Validation) -> None:
         assert all(_finite(row[k]) for k in ("predicted_step_ms", "measured_step_ms",
                                              "predicted_tokens_per_step", "tokens_per_s_rel_err"))
     assert any("batch 1" in note for note in doc["notes"])
+    # cpu-2core holds tiny-code's own eager steps, re-timed now: a ratio near 1 on a quiet
+    # machine, within a factor of 3 whatever the load
+    assert _finite(doc["machine_drift"]) and 1 / 3 < doc["machine_drift"] < 3
 
 
 @pytest.mark.slow
@@ -108,3 +111,11 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, named, tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err
     assert not out.exists()
+
+
+def test_machine_drift_is_unknown_without_the_profiles_own_steps() -> None:
+    from specscope.executor.runtime import Runtime
+    from specscope.hw_profiles import load_profile
+    from specscope.validate.compare import machine_drift
+
+    assert machine_drift(load_profile("h100"), "tiny-code", Runtime.cpu()) is None

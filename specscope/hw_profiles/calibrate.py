@@ -9,11 +9,12 @@ under each requested `Runtime`, padded buckets compiled or captured on their war
   over new tokens n (binary trees) × context, batch 1 (the executor decodes one sequence);
 - prefill of prompts (context 0; the wrappers prefill eagerly under every runtime, so these rows
   belong to `eager`);
-- draft-model levels: the draft model's `propose` at chain depths 1..8 against its bare forward,
-  whose difference is the host cost of a level (`[speculation] level_us`);
-- each model-free drafter's host time per drafted level, and the speculative loop's bookkeeping
-  per step (a short `decode_speculative` run of the zoo's tiny-code), where the executor's loop
-  imports (it needs polars; the GPU image may lack it, and then these are left out and said so).
+- the decode loop's host costs where it pays them (`measure.measure_loop`: short
+  `decode_speculative` runs of the zoo's tiny-code): each model-free drafter per drafted level
+  (`[drafters]`), a draft-model level beyond its forward (`[speculation] level_us`), a
+  verification beyond the target's forward (`verify_us`) and the bookkeeping per step
+  (`step_us`), where the executor's loop imports (it needs polars; the GPU image may lack it,
+  and then these are left out and said so).
 
 Warm-up per shape, `torch.set_num_threads` explicit and recorded, median of repeats. Each
 runtime's terms (`[runtime.X]`, see `runtime.py`) are then fitted with scipy least squares on
@@ -42,7 +43,6 @@ from specscope.executor.runtime import RUNTIMES, Runtime
 from specscope.hw_profiles.cost import CostModel
 from specscope.hw_profiles.fit import least_squares_fit
 from specscope.hw_profiles.measure import (
-    LoopCosts,
     Point,
     copy_rate,
     matmul_rate,
@@ -221,7 +221,7 @@ class Measurements:
     drafter_s: dict[str, float] = field(default_factory=dict)
     speculation_step_s: float | None = None
     draft_level_s: float | None = None
-    loop: LoopCosts | None = None
+    verify_host_s: float | None = None
     notes: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
 
@@ -285,7 +285,7 @@ def base_profile(name: str, m: Measurements, runtimes: Sequence[str]) -> Hardwar
         bandwidth=m.copy_gbps * 1e9, memory_bytes=m.memory_gb * 1e9, measured=(),
         sources=(f"measured on this machine by specscope profile-hw ({m.provenance['date']})",),
         drafter_s=dict(m.drafter_s), speculation_step_s=m.speculation_step_s or 0.0,
-        draft_level_host_s=m.draft_level_s or 0.0)
+        draft_level_host_s=m.draft_level_s or 0.0, verify_host_s=m.verify_host_s or 0.0)
 
 
 def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], command: str,
@@ -364,6 +364,9 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
         if m.draft_level_s is not None:
             lines.append(f"level_us = {m.draft_level_s * 1e6:.4g}    # per draft-model level "
                          "beyond its forward")
+        if m.verify_host_s is not None:
+            lines.append(f"verify_us = {m.verify_host_s * 1e6:.4g}    # per verification "
+                         "beyond the target's forward")
         lines.append("")
     for fit in fits.values():
         lines += [f"[fit.{fit.runtime}]", f"points = {fit.points}", f"held_out = {fit.held_out}",
@@ -429,10 +432,6 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
         points = [p for p in m.points if p.runtime == runtime.kind]
         fits[runtime.kind] = fit_runtime(hw, runtime.kind, points, specs)
         hw = with_runtime(hw, runtime.kind, **fits[runtime.kind].values)
-    if m.loop is not None:
-        priced = base.kind if base.kind in hw.runtimes else chosen[0].kind
-        m.draft_level_s = level_host_s(hw, priced, specs[grid.draft_model], m.loop)
-        hw = dataclasses.replace(hw, draft_level_host_s=m.draft_level_s)
     report(total, total, "writing")
     wall = time.perf_counter() - start
     write_text_atomic(path, profile_toml(hw, m, fits, command, wall))
@@ -469,17 +468,11 @@ def host_costs(m: Measurements, base: Runtime, draft: ModelSpec, grid: Grid) -> 
     `m` (`measure_loop`), or a note where the executor's loop cannot be imported here (no polars
     on the image)."""
     try:
-        m.loop = measure_loop(draft, base, prompt_tokens(), grid.draft_levels)
+        loop = measure_loop(draft, base, prompt_tokens(), grid.draft_levels)
     except ImportError as exc:
         m.notes.append(f"drafter and bookkeeping costs not measured: {exc}")
         return
-    m.drafter_s, m.speculation_step_s = m.loop.drafter_s, m.loop.step_s
+    m.drafter_s, m.speculation_step_s = loop.drafter_s, loop.step_s
+    m.draft_level_s, m.verify_host_s = loop.draft_level_s, loop.verify_host_s
 
 
-def level_host_s(hw: HardwareProfile, runtime: str, draft: ModelSpec, loop: LoopCosts) -> float:
-    """Host seconds per draft-model level: the drafting phase measured in the loop less what the
-    fitted `runtime` prices its forwards at, per forward (≥ 0). Priced this way, a level costs
-    the model's forward plus this, which sums to what the loop measured."""
-    model = CostModel(hw, draft, runtime=runtime)
-    forwards = sum(float(model.forward_time(1, n, loop.context)) for n in loop.draft_forwards)
-    return max(0.0, (loop.draft_s - forwards) / len(loop.draft_forwards))

@@ -208,14 +208,38 @@ class LoopCosts:
 
     drafter_s: dict[str, float]
     """Per model-free drafter: its drafting phase per propose call (one drafted level)."""
-    draft_s: float
-    """The draft model's drafting phase (its forwards included) over one run..."""
-    draft_forwards: tuple[int, ...]
-    """... the sizes (tokens) of the forwards it ran ..."""
-    context: int
-    """... and their typical context (prompt plus half the new tokens)."""
+    draft_level_s: float
+    """Per draft-model level: the drafting phase beyond the level's forward."""
+    verify_host_s: float
+    """Per verification: the verification phase beyond the target's forward (the step's
+    tensors, the rule over the logits)."""
     step_s: float
-    """Per step: the bookkeeping phase (verification rule, commit, drafter updates)."""
+    """Per step: the bookkeeping phase (commit, drafter updates)."""
+
+
+class _Timed:
+    """Wraps a model's `verify`, recording each call's size and seconds (monkey-patched on the
+    instance for one run, then removed)."""
+
+    def __init__(self, model: Model) -> None:
+        self.model, self.sizes, self.seconds = model, [], []
+
+    def __enter__(self) -> _Timed:
+        self.sizes, self.seconds = [], []
+        forward = self.model.verify
+
+        def timed(tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
+            start = time.perf_counter()
+            out = forward(tokens, tree)
+            self.seconds.append(time.perf_counter() - start)
+            self.sizes.append(tree.size)
+            return out
+
+        self.model.verify = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.model.verify  # the instance attribute shadowed the method
 
 
 def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: int,
@@ -227,10 +251,12 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
     Model-free drafters draft chains of `levels`; their drafting phase (`PhaseTimes.draft_s`)
     is divided by their propose calls (wider levels cost more per call: a binary tree's calls
     measured ≈ 2× a chain's for n-gram, which this leaves out). The draft model (`draft`,
-    random weights, under `runtime`) drafts a chain of `levels`; its drafting phase and the
-    sizes of its forwards are returned, so that the host cost of a level is taken beyond what
-    the fitted cost model prices those forwards at (`calibrate.level_host_s`). Bookkeeping is
-    the median over runs of `PhaseTimes.bookkeeping_s` per step."""
+    random weights, under `runtime`) drafts a chain of `levels`; its drafting phase less its
+    forwards, timed in the same run, per forward. The verification phase less the target's
+    forwards, timed in the same run, per step. Subtracting what ran in the same run, not a
+    model's price, keeps a shared machine's drift out of the difference; the forwards' own
+    slowdown inside the loop (cold caches) stays with the cost model, where `validate` shows
+    it. Each quantity is the fastest of `runs`; bookkeeping is the median per step."""
     from specscope.executor.drafters import make_drafter
     from specscope.executor.loop import PhaseTimes, decode_speculative
     from specscope.executor.methods import static_method
@@ -238,35 +264,26 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
 
     target = load_model(BOOKKEEPING_TARGET, runtime=dataclasses.replace(runtime, kind="eager"))[0]
     model = build(draft, runtime, len(prompt) + 2 * LOOP_TOKENS + levels + 1)
+    method = static_method("chain", Tree.chain(levels), "profile-hw")
     drafter_s: dict[str, float] = {}
-    bookkeeping: list[float] = []
-
-    def run(kind: str, tree: Tree) -> tuple[float, list[int]]:
-        """Drafting seconds (fastest run) and the sizes of the drafter's calls (propose, or
-        draft forwards)."""
-        drafter = make_drafter(kind, target.vocab_size, model)
-        sizes: list[int] = []
-        if kind == "draft":
-            forward = model.verify
-            model.verify = lambda tokens, t: (sizes.append(t.size), forward(tokens, t))[1]
-        else:
-            propose = drafter.propose
-            drafter.propose = lambda nodes, k: (sizes.append(len(nodes)), propose(nodes, k))[1]
-        method = static_method("chain", tree, "profile-hw")
-        best = float("inf")
+    levels_s, verify_s, bookkeeping = [], [], []
+    for kind in (*DRAFTERS, "draft"):
         for _ in range(runs):
-            times, sizes[:] = PhaseTimes(), []
-            steps = len(decode_speculative(target, drafter, method, prompt, LOOP_TOKENS,
-                                           times=times).tree_sizes)
+            drafter = make_drafter(kind, target.vocab_size, model)
+            proposals: list[int] = []
+            propose = drafter.propose
+            drafter.propose = (lambda nodes, k, f=propose, calls=proposals:
+                               (calls.append(1), f(nodes, k))[1])
+            times = PhaseTimes()
+            with _Timed(target) as verified, _Timed(model) as drafted:
+                steps = len(decode_speculative(target, drafter, method, prompt, LOOP_TOKENS,
+                                               times=times).tree_sizes)
             bookkeeping.append(times.bookkeeping_s / steps)
-            best = min(best, times.draft_s)
-        if kind == "draft":
-            del model.verify  # the instance attribute shadowed the method
-        return best, sizes
-
-    for kind in DRAFTERS:
-        seconds, calls = run(kind, Tree.chain(levels))
-        drafter_s[kind] = seconds / len(calls)
-    seconds, calls = run("draft", Tree.chain(levels))
-    return LoopCosts(drafter_s, seconds, tuple(calls), len(prompt) + LOOP_TOKENS // 2,
+            verify_s.append((times.verify_s - sum(verified.seconds)) / steps)
+            if kind == "draft":
+                levels_s.append((times.draft_s - sum(drafted.seconds)) / len(drafted.seconds))
+            else:
+                drafter_s[kind] = min(drafter_s.get(kind, float("inf")),
+                                      times.draft_s / len(proposals))
+    return LoopCosts(drafter_s, max(0.0, min(levels_s)), max(0.0, min(verify_s)),
                      statistics.median(bookkeeping))

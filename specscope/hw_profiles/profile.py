@@ -88,6 +88,8 @@ class HardwareProfile:
     """CPU threads its measurements used (`[provenance] threads`, written by profile-hw)."""
     speculation_step_s: float = 0.0
     draft_level_host_s: float = 0.0
+    verify_host_s: float = 0.0
+    """Host seconds per verification beyond the target's forward (tensors, the rule)."""
 
     def runtime(self, name: str | None = None) -> RuntimeParams:
         """The parameters of runtime `name` (default: the profile's default runtime)."""
@@ -240,6 +242,7 @@ def load_profile(name: str | Path) -> HardwareProfile:
         threads=int(_optional(data, "provenance", "threads", path)) or None,
         speculation_step_s=_optional(data, "speculation", "step_us", path) * 1e-6,
         draft_level_host_s=_optional(data, "speculation", "level_us", path) * 1e-6,
+        verify_host_s=_optional(data, "speculation", "verify_us", path) * 1e-6,
     )
 
 

@@ -7,9 +7,10 @@ are memory-bound, so a level of width w costs about the same; the executor measu
 difference; a tree's level forwards the nodes above it) plus the host's per-level work (tree
 build, top-k: the profile's `draft_level_host_s`); a model-free drafter's level (n-gram, suffix,
 recycling) is one proposal call, `drafter_s[source]` on the profile; t_step is the profile's
-`speculation_step_s` (rule, commit, drafter updates). Host costs a profile has not measured
-count 0. Speedup compares tokens/s with autoregressive decoding (one target forward per token)
-on the same hardware and context.
+`speculation_step_s` (commit, drafter updates); verification adds the profile's
+`verify_host_s` (the step's tensors, the rule) to the target's forward. Host costs a profile
+has not measured count 0. Speedup compares tokens/s with autoregressive decoding (one target
+forward per token) on the same hardware and context.
 """
 
 from __future__ import annotations
@@ -66,13 +67,14 @@ class Pricing:
         return float(self.target.forward_time(self.batch, 1, self.context_len))
 
     def verify_s(self, n: int, depth: int, leaves: int | None = None) -> float:
-        """Seconds for the target to verify a tree of n tokens."""
+        """Seconds for the target to verify a tree of n tokens: its forward and the host's
+        work around it (the profile's `verify_host_s`: the step's tensors, the rule)."""
         return float(
             self.target.verify_time(
                 n, self.context_len, batch=self.batch, depth=depth, leaves=leaves,
                 ssm_verify=self.ssm_verify,
             )
-        )
+        ) + self.target.hw.verify_host_s
 
     def step_table(self, max_n: int, max_depth: int, source: str) -> np.ndarray:
         """Seconds of one step for every tree size n ≤ max_n (rows) and depth d (columns):
@@ -84,7 +86,7 @@ class Pricing:
             verify = self.target.verify_time(sizes, self.context_len, batch=self.batch, depth=d,
                                              ssm_verify=self.ssm_verify)
             table[1:, d] = (d * self.level_s(source) + np.asarray(verify, dtype=float)
-                            + self.bookkeeping_s)
+                            + self.target.hw.verify_host_s + self.bookkeeping_s)
         return table
 
     def tree_step_s(self, tree: Tree) -> float:

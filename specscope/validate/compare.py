@@ -44,6 +44,7 @@ from specscope.executor.methods import (
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import Model, load_model
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
+from specscope.hw_profiles.measure import binary_tree, build, timer
 from specscope.models import get_model
 from specscope.models.zoo import zoo_specs
 from specscope.optimizers.compare import TREE_METHODS, Setup
@@ -55,6 +56,8 @@ from specscope.validate.grid import Config, config_grid
 from specscope.validate.report import Fidelity, Measured, Outcome, Prediction, Validation
 
 DEFAULT_PROMPTS = "builtin:code-edit,builtin:stdlib-code"
+DRIFT_MAX_N = 8
+"""Tree sizes re-timed by `machine_drift` (the small steps a decode loop runs)."""
 TRACE_DRAFTERS = ("draft", "ngram", "recycle")
 """Drafters traced on the calibration half (Goose is its parts, n-gram and recycling)."""
 
@@ -153,6 +156,7 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
             if c not in best or run.decode_s < best[c].decode_s:
                 best[c] = run
             tick()
+    drift = machine_drift(profile, req.model, runtime)
     outcomes = [
         Outcome(c, predictions[c], best[c],
                 fidelity(own, predictions[c].tree, best[c]) if c in replayable else None)
@@ -164,8 +168,35 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
         calibration_prompts=len(calibration), held_out_prompts=len(held_out),
         max_new=sizes.max_new, passes=sizes.passes, outcomes=outcomes,
         setup_s=sum(m.setup_s for m in (target, draft)), wall_s=time.perf_counter() - start,
-        host_costs=host_costs(profile),
+        host_costs=host_costs(profile), machine_drift=drift,
     )
+
+
+def machine_drift(profile: HardwareProfile, spec_name: str, runtime: Runtime,
+                  repeats: int = 15) -> float | None:
+    """How fast this machine runs now against when the profile was measured: the median, over
+    the profile's own measured points of `spec_name` under `runtime` (n ≤ 8, context > 0), of
+    the step time now (the same shapes through the executor, random weights as profile-hw
+    uses) over the time in the profile. None when the profile holds no such points. A shared
+    machine's speed moves by tens of percent over minutes; a ratio far from 1 says that part of
+    every step-time miss is the machine, not the model."""
+    tables = [t for t in profile.measured
+              if (t.model, t.runtime) == (spec_name, runtime.kind) and t.context > 0]
+    if not tables:
+        return None
+    spec = get_model(spec_name)
+    ratios = []
+    for table in tables:
+        model = build(spec, runtime, table.context + int(table.new_tokens.max()) + 1)
+        model.prefill(torch.zeros(table.context + 1, dtype=torch.long),
+                      table.context + int(table.new_tokens.max()) + 1)
+        for n, then in zip(table.new_tokens.astype(int), table.time_s, strict=True):
+            if n <= DRIFT_MAX_N:
+                tokens, tree = torch.arange(n) % spec.vocab_size, binary_tree(int(n))
+                step = partial(model.verify, tokens, tree)
+                now = timer(runtime, step, repeats) * 1e-3
+                ratios.append(now / then)
+    return float(np.median(ratios)) if ratios else None
 
 
 def host_costs(profile: HardwareProfile) -> bool:

@@ -168,7 +168,7 @@ def error_summary(errors: list[float]) -> dict[str, float | int | None]:
 class Validation:
     """A whole `validate` run: what ran where, one outcome per configuration, seconds spent
     compiling (setup_s) and in all (wall_s); host_costs: whether the profile carries measured
-    drafter and bookkeeping host costs."""
+    drafter and bookkeeping host costs; machine_drift: see `compare.machine_drift`."""
 
     hardware: str
     model: str
@@ -184,6 +184,8 @@ class Validation:
     setup_s: float
     wall_s: float
     host_costs: bool
+    machine_drift: float | None = None
+    """This machine's step time now over the profile's for the same shapes (None: not known)."""
     notes: list[str] = field(default_factory=lambda: [BATCH_NOTE])
 
     def records(self) -> list[dict[str, Any]]:
@@ -220,7 +222,8 @@ class Validation:
             "calibration_prompts": self.calibration_prompts,
             "held_out_prompts": self.held_out_prompts, "max_new": self.max_new,
             "passes": self.passes, "setup_s": self.setup_s, "wall_s": self.wall_s,
-            "profile_host_costs": self.host_costs, "notes": self.notes, "configs": rows,
+            "profile_host_costs": self.host_costs, "machine_drift": self.machine_drift,
+            "notes": self.notes, "configs": rows,
         }
         for name in ("tokens_per_step", "step_time", "tokens_per_s"):
             doc[name] = error_summary([r[f"{name}_rel_err"] for r in rows])
@@ -281,6 +284,16 @@ def summary_table(doc: dict[str, Any]) -> Table:
         table.add_row(name, _pct(s["median_rel_err"]), _pct(s["p90_rel_err"]),
                       _pct(s["max_rel_err"]), str(s["count"]))
     return table
+
+
+def drift_line(doc: dict[str, Any]) -> str | None:
+    """One sentence on how fast the machine ran against its profile, or None when unknown."""
+    drift = doc.get("machine_drift")
+    if drift is None:
+        return None
+    return (f"machine drift: the profile's own {doc['model']} steps take {drift:.2f}× the time "
+            f"they did when profiled" + (" (part of every step-time miss is the machine)"
+                                          if abs(drift - 1) > 0.1 else ""))
 
 
 def recommendation_line(doc: dict[str, Any]) -> str:
