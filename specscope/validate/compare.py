@@ -72,7 +72,7 @@ class Sizes:
 
 
 QUICK_SIZES = Sizes(per_half=64, max_new=32, passes=1)
-FULL_SIZES = Sizes(per_half=64, max_new=64, passes=2)
+FULL_SIZES = Sizes(per_half=64, max_new=64, passes=1)
 
 
 @dataclass(frozen=True)
