@@ -2,9 +2,11 @@
 
 1. a synthetic trace and every method on three hardware profiles (prediction only);
 2. a real trace from the zoo models (tiny-code target, tiny-code-draft drafter, code prompts);
-3. the predicted best tree for this CPU (the `cpu-2core` profile profile-hw measured on a machine
-   of this kind), then real speculative decoding with it against autoregressive decoding in the
-   same process, checked lossless.
+3. the predicted best tree for this CPU, then real speculative decoding with it against
+   autoregressive decoding in the same process, checked lossless.
+
+This CPU is measured first (`profile-hw --quick`, eager, one thread, as stage 3 decodes) and its
+profile prices stages 1 and 3 beside the shipped ones.
 """
 
 from __future__ import annotations
@@ -19,21 +21,29 @@ from specscope.tables import generate_table, optimize_table, pareto_table
 from specscope.trace import synth_trace, write_trace
 
 DEMO_DIR = Path("out/demo")
-CPU_PROFILE = "cpu-2core"
-"""The CPU prediction's profile: measured by `specscope profile-hw` on a 2-core machine of the kind
-the demo runs on (one torch thread, as stage 3 decodes)."""
-DEMO_HARDWARE = ("a100", "h100", CPU_PROFILE)
+CPU_PROFILE = DEMO_DIR / "this-machine.toml"
+"""This machine's profile, measured by the demo itself (stage 0)."""
+DEMO_HARDWARE = ("a100", "h100", "cpu-2core")
 DEMO_BUDGETS = [8, 16, 32, 64]
 REAL_PROMPTS = "builtin:code-edit"
 
 
 def run_demo(seed: int, console: Console) -> None:
-    """Run the three stages, writing their files under out/demo/."""
+    """Measure this machine, then run the three stages, writing their files under out/demo/."""
+    from specscope.hw_profiles.calibrate import profile_hw
+
+    with console.status("0. measuring this machine (profile-hw --quick, eager, 1 thread)"):
+        measured = profile_hw("this-machine", runtimes=("eager",), quick=True,
+                              output=CPU_PROFILE, command="specscope demo")
+    fit = measured.fits["eager"]
+    console.print(f"[bold]0. This machine[/] → {CPU_PROFILE} in {measured.wall_s:.0f} s; held-out "
+                  f"step-time error median {fit.heldout_median_rel_err:.1%}, max "
+                  f"{fit.heldout_max_rel_err:.1%}")
     trace_path = DEMO_DIR / "synthetic.parquet"
     write_trace(synth_trace(requests=32, seed=seed), trace_path)
     console.print(f"[bold]1. Synthetic trace[/] → {trace_path}; every method, each choosing "
                   f"its best n ≤ budget in {DEMO_BUDGETS}")
-    for hw in DEMO_HARDWARE:
+    for hw in (*DEMO_HARDWARE, str(CPU_PROFILE)):
         with console.status(f"optimizing trees for {hw}"):
             result = run_optimize(
                 OptimizeRequest(hw=hw, trace_path=trace_path, budgets=DEMO_BUDGETS)
@@ -49,7 +59,7 @@ def run_demo(seed: int, console: Console) -> None:
         collect("tiny-code", "draft,ngram,suffix,recycle", REAL_PROMPTS, n=8, max_new=48,
                 output=real_path, seed=seed)
     console.print(f"[bold]2. Real trace[/]: tiny-code on {REAL_PROMPTS} → {real_path}")
-    result = run_optimize(OptimizeRequest(hw=CPU_PROFILE, trace_path=real_path, source="ngram",
+    result = run_optimize(OptimizeRequest(hw=str(CPU_PROFILE), trace_path=real_path, source="ngram",
                                           budgets=[4, 8, 16], algos="sequoia,goose,chain"))
     console.print(optimize_table(result))
     best = result.comparison.scores[0]
@@ -65,7 +75,6 @@ def run_demo(seed: int, console: Console) -> None:
     console.print(generate_table(run.to_dict()))
     console.print(
         f"tokens/step: replay predicted {best.replay_tokens:.2f}, measured "
-        f"{run.tokens_per_step:.2f}. Speedup: predicted {best.speedup:.2f}× on the {CPU_PROFILE} "
-        f"profile (measured by profile-hw on a machine of this kind), measured "
-        f"{run.speedup:.2f}× here."
+        f"{run.tokens_per_step:.2f}. Speedup: predicted {best.speedup:.2f}× on this machine's "
+        f"profile (stage 0), measured {run.speedup:.2f}× here."
     )
