@@ -280,7 +280,8 @@ def test_refitting_the_h100_rows_reproduces_the_stored_runtimes():
 def test_the_runtime_moves_a_step_as_on_the_h100():
     eager, graph, compiled = (cost("llama-3.1-8b", hw="h100", runtime=r).forward_time(1, 1, 2048)
                               for r in ("eager", "graph", "compile"))
-    assert eager > 2 * graph > 2 * compiled * 0.6 and compiled == pytest.approx(6.0e-3, rel=0.01)
+    assert eager > 2 * graph and graph > 1.3 * compiled  # measured: 22-41, 8.6 and 6.0 ms
+    assert compiled == pytest.approx(6.0e-3, rel=0.01)
     draft = [cost("llama-68m", hw="h100", runtime=r).forward_time(1, 1, 256)
              for r in ("eager", "graph")]
     assert draft[0] > 5 * draft[1]

@@ -24,6 +24,7 @@ overlap (the step takes the longer), on a CPU the same thread does both (they ad
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -134,12 +135,8 @@ def with_runtime(hw: HardwareProfile, name: str, **values: float) -> HardwarePro
 
 def runtime_toml(params: RuntimeParams) -> str:
     """The `[runtime.<name>]` section of a profile file for `params` (TOML units)."""
-    lines = [f"[runtime.{params.name}]", f"engine = {_quote(params.engine)}",
-             f"origin = {_quote(params.origin)}"]
+    # a JSON string is a TOML basic string (calibrate.py writes its strings the same way)
+    lines = [f"[runtime.{params.name}]", f"engine = {json.dumps(params.engine)}",
+             f"origin = {json.dumps(params.origin)}"]
     lines += [f"{key} = {value:.6g}" for key, value in params.values().items()]
     return "\n".join(lines) + "\n"
-
-
-def _quote(text: str) -> str:
-    """A TOML basic string."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
