@@ -1,0 +1,123 @@
+"""A small causal LM drafting top-k candidates, or children drawn from its distribution."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from specscope.errors import InputError
+from specscope.executor.drafters.base import Drafter
+from specscope.executor.targets import Model
+from specscope.executor.verify import draw_children, probabilities
+from specscope.optimizers.dyspec import DraftNode, Proposal
+from specscope.tree import ROOT_SOURCE, Tree
+
+
+class DraftModelDrafter(Drafter):
+    """A small causal LM (any `Model`: Transformer, Hugging Face or Mamba-2) drafting top-k
+    candidates, or children drawn from its distribution.
+
+    sample: None (top-k, deterministic candidates), "with" or "without" replacement (children
+    drawn from q at `temperature`; q of every expanded node is kept in `draft_probs` for
+    SpecInfer or Sequoia verification).
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        sample: str | None = None,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        if sample not in (None, "with", "without"):
+            raise InputError(f"draft sampling must be None, 'with' or 'without', got {sample!r}")
+        if sample is not None and generator is None:
+            raise InputError("sampled drafts need a torch.Generator")
+        self.model, self.sample, self.temperature = model, sample, temperature
+        self.generator = generator
+        self.source = f"draft:{model.name}"
+        self._forwarded: Tree | None = None
+        self._index: dict[int, int] = {}
+        self._tokens = torch.empty(0, dtype=torch.long)
+        self._logits = torch.empty(0)
+
+    @property
+    def models(self) -> list[Model]:
+        return [self.model]
+
+    def start(self, prompt: Sequence[int], capacity: int) -> None:
+        self.model.prefill(torch.tensor(prompt), capacity)
+
+    def begin(self, context: Sequence[int]) -> None:
+        super().begin(context)
+        self.draft_probs = {}
+        self._forwarded = None
+
+    def propose(self, nodes: Sequence[DraftNode], k: int) -> list[Proposal]:
+        self.register(nodes)
+        if self._forwarded is None:
+            self._catch_up()
+        if any(v.id not in self._index for v in nodes):
+            self._forward(nodes)
+        rows = self._logits[[self._index[v.id] for v in nodes]]
+        out = []
+        for v, q in zip(nodes, probabilities(rows, self.temperature), strict=True):
+            if self.sample is None:
+                top = q.topk(min(k, q.numel()))
+                out.append((top.indices.tolist(), top.values.tolist()))
+            else:
+                q = q.cpu()  # drawn with a CPU generator, whatever the device
+                kids = draw_children(q, k, self.sample == "with", self.generator)
+                self.draft_probs[v.id] = q
+                out.append((kids, q[kids].tolist()))
+        return out
+
+    def accept(self, tokens: Sequence[int]) -> None:
+        if self._forwarded is None:
+            return
+        path, node = [0], 0
+        kids = self._forwarded.children
+        for token in tokens:
+            node = next((c for c in kids[node] if int(self._tokens[c]) == token), -1)
+            if node < 0:
+                break
+            path.append(node)
+        self.model.commit(self._tokens, path)
+
+    def _catch_up(self) -> None:
+        """Run the committed tokens the draft has not seen, and the root, as one chain."""
+        pending = torch.tensor(self.context[self.model.committed :])
+        logits = self.model.verify(pending, Tree.chain(pending.numel() - 1))
+        self.model.commit(pending, list(range(pending.numel() - 1)))
+        self._set_forwarded(Tree.root(), [0], pending[-1:], logits[-1:])
+
+    def _forward(self, nodes: Sequence[DraftNode]) -> None:
+        """One batched pass over `nodes` and their ancestors, after the committed prefix."""
+        keep = {0}
+        for v in nodes:
+            u = v.id
+            while u not in keep:
+                keep.add(u)
+                u = self.nodes[u].parent
+        ids = sorted(keep, key=lambda u: (0, 0) if u == 0 else (self.nodes[u].depth, u))
+        index = {u: i for i, u in enumerate(ids)}
+        parents = [-1] + [index[self.nodes[u].parent] for u in ids[1:]]
+        seen: Counter[int] = Counter()
+        ranks = [-1]
+        for p in parents[1:]:
+            ranks.append(seen[p])
+            seen[p] += 1
+        tree = Tree(np.array(parents), np.array(ranks), (ROOT_SOURCE,) + (self.source,) * (
+            len(ids) - 1))
+        tokens = torch.tensor([self.context[-1]] + [self.nodes[u].token for u in ids[1:]])
+        self._set_forwarded(tree, ids, tokens, self.model.verify(tokens, tree))
+
+    def _set_forwarded(
+        self, tree: Tree, ids: Sequence[int], tokens: torch.Tensor, logits: torch.Tensor
+    ) -> None:
+        self._forwarded, self._tokens, self._logits = tree, tokens, logits
+        self._index = {u: i for i, u in enumerate(ids)}
