@@ -25,7 +25,7 @@ from specscope.hw_profiles.fit import (
 )
 from specscope.hw_profiles.fit import main as fit_main
 from specscope.hw_profiles.profile import PROFILE_DIR_ENV, profile_path
-from specscope.hw_profiles.runtime import FIELDS, with_runtime
+from specscope.hw_profiles.runtime import with_runtime
 from specscope.models import get_model
 
 PROFILES = ["a100", "h100", "h200", "gaudi2", "tpu-v5e", "tpu-v4", "cpu-2core"]
@@ -332,10 +332,3 @@ def test_bad_runtime_sections_name_the_file_and_field(tmp_path, edit, message):
     path.write_text(edit(profile_path("h100").read_text()))
     with pytest.raises(InputError, match=message):
         load_profile(path)
-
-
-def test_every_runtime_field_has_bounds_that_the_shipped_profiles_respect():
-    for name in PROFILES:
-        for params in load_profile(name).runtimes.values():
-            for key, value in params.values().items():
-                assert FIELDS[key][1] <= value <= FIELDS[key][2] * (1 + 1e-9), (name, key)

@@ -400,7 +400,9 @@ def _h100_origin(name: str) -> str:
                  "of data/measured/h100-transformer.csv",
         "compile": "device terms of the graph fit, layer_us fitted on HARDWARE.md's compiled "
                    "anchor (llama-3.1-8b, context 2048, n = 1: 6.0 ms)",
-    }[name] + "; prefill_compute_eff fitted on its 8 eager prefill rows"
+    }[name] + ("; prefill terms fitted on its 8 eager prefill rows"
+               + ("" if name == "eager" else "; host_step_us 30 is a prior (a replay's issue "
+                  "time, hidden behind the device's, so no row determines it)"))
 
 
 def main(argv: list[str] | None = None) -> None:
