@@ -1,0 +1,1 @@
+"""The discrete-event serving simulator: speculation under load (DESIGN.md, issue 12)."""
