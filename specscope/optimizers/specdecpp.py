@@ -260,6 +260,14 @@ def _stop_lengths(log_p: np.ndarray, threshold: float, min_len: int, max_len: in
     return np.clip(above + 1, min_len, max_len)
 
 
+def stop_length(log_a: np.ndarray, threshold: float, min_len: int, max_len: int) -> int:
+    """The drafted length the stop rule gives when drafted token i has the log acceptance
+    estimate log_a[i − 1], i = 1 first (â = 1 past the estimates given)."""
+    log_a = np.asarray(log_a, dtype=np.float64)[:max_len]
+    log_p = np.cumsum(np.r_[log_a, np.zeros(max_len - log_a.size)])
+    return int(_stop_lengths(log_p, threshold, min_len, max_len))
+
+
 @dataclass(frozen=True)
 class ThresholdPolicy:
     """SpecDec++'s per-step stop rule, for the executor.
@@ -284,8 +292,7 @@ class ThresholdPolicy:
         """Whether to stop drafting after the tokens whose features (i, len(FEATURES)) are given,
         drafted token 1 first."""
         log_a = self.predictor.log_predict(features)[: self.max_len]
-        log_p = np.cumsum(np.r_[log_a, np.zeros(self.max_len - log_a.size)])  # â = 1 after i
-        return bool(_stop_lengths(log_p, self.threshold, self.min_len, self.max_len) <= log_a.size)
+        return stop_length(log_a, self.threshold, self.min_len, self.max_len) <= log_a.size
 
 
 @dataclass(frozen=True, eq=False)
