@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
@@ -37,6 +36,7 @@ from specscope.optimizers.goose import (
     spine_allowances,
     spine_tree,
 )
+from specscope.optimizers.run import read_tree_file
 from specscope.optimizers.specdecpp import (
     AUTHORS_THRESHOLD,
     MAX_LEN,
@@ -234,18 +234,7 @@ def goose_method(policy: GoosePolicy, branch_p: np.ndarray, budget: int | None,
 
 def load_tree(path: str | Path) -> Tree:
     """A tree from a JSON file: a bare tree, or `optimize-tree -o` output (its best result)."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such tree file") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    if isinstance(data, dict) and "results" in data:
-        if not data["results"]:
-            raise InputError(f"{path}: optimize-tree output without results")
-        data = data["results"][0].get("tree")
-    return Tree.from_dict(data)
+    return read_tree_file(path).tree
 
 
 def resolve_method(

@@ -61,7 +61,7 @@ class ReplayResult:
 def replay(trace: Trace, tree: Tree) -> ReplayResult:
     """Replay `tree` as a static tree over every request of `trace` (module docstring): exact
     for greedy traces, an exact coupling for sampled traces with deterministic candidates."""
-    dense = _dense(trace)
+    dense = dense_trace(trace)
     best = _best_nodes(trace, dense, tree)
     depths = tree.depths
     lengths = dense.lengths
@@ -86,7 +86,7 @@ def replay(trace: Trace, tree: Tree) -> ReplayResult:
 def accepted_lengths(trace: Trace, tree: Tree) -> np.ndarray:
     """Drafts `tree` accepts if a step starts at each position: shape (requests, max length),
     rows in ascending request_id, −1 past a request's last position."""
-    dense = _dense(trace)
+    dense = dense_trace(trace)
     out = tree.depths[_best_nodes(trace, dense, tree)]
     out[np.arange(out.shape[1])[None, :] >= dense.lengths[:, None]] = -1
     return out
@@ -96,19 +96,23 @@ def accepted_lengths(trace: Trace, tree: Tree) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class _Dense:
-    """Trace columns as (requests, max length) arrays per source."""
+class DenseTrace:
+    """Trace columns as (requests, max length) arrays per source, requests in ascending
+    request_id: `rank` (−1 where missing), `match` (match_len) and `proposal` (proposal length),
+    with each request's length and the sequence sources."""
 
     lengths: np.ndarray
     rank: dict[str, np.ndarray]
     match: dict[str, np.ndarray]
+    proposal: dict[str, np.ndarray]
     sequence: frozenset[str]
 
 
-_DENSE: WeakKeyDictionary[Trace, _Dense] = WeakKeyDictionary()
+_DENSE: WeakKeyDictionary[Trace, DenseTrace] = WeakKeyDictionary()
 
 
-def _dense(trace: Trace) -> _Dense:
+def dense_trace(trace: Trace) -> DenseTrace:
+    """The trace's `DenseTrace` (built once per trace object)."""
     if trace not in _DENSE:
         df = trace.df
         ids = df.get_column("request_id").unique().sort().to_numpy()
@@ -119,7 +123,7 @@ def _dense(trace: Trace) -> _Dense:
             .astype(np.int64)
         )
         shape = (ids.size, int(lengths.max()))
-        rank, match = {}, {}
+        rank, match, proposal = {}, {}, {}
         for (source,), part in df.partition_by("source", as_dict=True).items():
             r = np.searchsorted(ids, part.get_column("request_id").to_numpy())
             p = part.get_column("pos").to_numpy()
@@ -127,7 +131,10 @@ def _dense(trace: Trace) -> _Dense:
             rank[source][r, p] = part.get_column("rank").to_numpy()
             match[source] = np.zeros(shape, dtype=np.int16)
             match[source][r, p] = part.get_column("match_len").to_numpy()
-        _DENSE[trace] = _Dense(lengths, rank, match, frozenset(sequence_sources(trace)))
+            proposal[source] = np.zeros(shape, dtype=np.int16)
+            proposal[source][r, p] = part.get_column("proposal").list.len().to_numpy()
+        _DENSE[trace] = DenseTrace(lengths, rank, match, proposal,
+                                   frozenset(sequence_sources(trace)))
     return _DENSE[trace]
 
 
@@ -145,7 +152,7 @@ class _Group:
     values: np.ndarray
 
 
-def _plan(trace: Trace, dense: _Dense, tree: Tree) -> list[tuple[int, int, list[_Group]]]:
+def _plan(trace: Trace, dense: DenseTrace, tree: Tree) -> list[tuple[int, int, list[_Group]]]:
     """Per level d ≥ 1: (first node, end node, groups)."""
     _check_sources(trace, tree)
     names = tree.sources
@@ -195,7 +202,7 @@ def _check_sources(trace: Trace, tree: Tree) -> None:
         )
 
 
-def _best_nodes(trace: Trace, dense: _Dense, tree: Tree) -> np.ndarray:
+def _best_nodes(trace: Trace, dense: DenseTrace, tree: Tree) -> np.ndarray:
     """Deepest accepted node (first in BFS order) for a step starting at every (request, pos)."""
     levels = _plan(trace, dense, tree)
     n_req, width = dense.rank[next(iter(dense.rank))].shape
