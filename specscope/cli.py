@@ -408,6 +408,93 @@ def optimize_tree(
 
 
 @app.command()
+def simulate(
+    hw: Hw,
+    target: Annotated[str, typer.Option(help="Target model from the catalogue.")],
+    rate: Annotated[float, typer.Option(help="Arrivals per second.")],
+    requests: Annotated[int, typer.Option(help="Arrivals to simulate.")],
+    seed: Annotated[int, typer.Option(help="Random seed.")],
+    drafter: Annotated[str | None, typer.Option(help="Draft model from the catalogue, or "
+                                                     "ngram, suffix, recycle (default: the "
+                                                     "trace's source).")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Trace parquet to replay (acceptance "
+                                                    "and, by default, lengths).")] = None,
+    acceptance: Annotated[str | None, typer.Option(help="Positional vector p1,p2,... when no "
+                                                        "trace is given.")] = None,
+    policy: Annotated[str, typer.Option(help="none, static, dyspec, specdecpp, smartspec, "
+                                             "ets-batch.")] = "none",
+    tree: Annotated[Path | None, typer.Option(help="A tree JSON, or optimize-tree --json / "
+                                                   "-o output (its best result).")] = None,
+    algo: Annotated[str | None, typer.Option(help="Method of the --tree file to use.")] = None,
+    budget: Annotated[int, typer.Option(help="Tree size per request (root included) of the "
+                                             "dynamic policies.")] = 16,
+    max_depth: Annotated[int, typer.Option(help="Depth cap of the dynamic policies.")] = 12,
+    runtime: PricedRuntime = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree of the target.")] = 1,
+    weight_bits: Annotated[int | None, typer.Option(help="Target weight bits: 16, 8 or 4.")] = (
+        None),
+    max_batch: Annotated[int, typer.Option(help="Sequences per step.")] = 32,
+    token_budget: Annotated[int, typer.Option(help="Tokens per step (trees and prompts).")] = (
+        8192),
+    chunked_prefill: Annotated[int | None, typer.Option(help="Prefill prompts in chunks of this "
+                                                             "many tokens.")] = None,
+    replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
+    router: Annotated[str, typer.Option(help="round-robin or least-outstanding.")] = (
+        "round-robin"),
+    workload: Annotated[str, typer.Option(help="chat or forking.")] = "chat",
+    fork_branches: Annotated[int, typer.Option(help="Forking: continuations per sequence.")] = 4,
+    fork_levels: Annotated[int, typer.Option(help="Forking: levels (1 = best-of-N).")] = 1,
+    arrivals: Annotated[str, typer.Option(help="poisson or gamma.")] = "poisson",
+    cv: Annotated[float, typer.Option(help="Gamma arrivals: coefficient of variation.")] = 1.0,
+    arrival_file: Annotated[Path | None, typer.Option(help="Arrival times, one number of "
+                                                           "seconds per line.")] = None,
+    prompt_len: Annotated[str | None, typer.Option(help="N, uniform:A:B, lognormal:MEDIAN:SIGMA "
+                                                        "or trace.")] = None,
+    output_len: Annotated[str | None, typer.Option(help="N, uniform:A:B, lognormal:MEDIAN:SIGMA "
+                                                        "or trace.")] = None,
+    draft_placement: Annotated[str, typer.Option(help="colocated or separate.")] = "colocated",
+    link_gbps: Annotated[float, typer.Option(help="Separate placement: link Gbit/s.")] = 100.0,
+    link_us: Annotated[float, typer.Option(help="Separate placement: link latency µs.")] = 10.0,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms).")] = None,
+    drift: Annotated[str | None, typer.Option(help="Acceptance multipliers per 1000 arrivals, "
+                                                   "e.g. 1,0.9,0.8.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Per-request metrics "
+                                                "parquet (summary in its metadata).")] = None,
+) -> None:
+    """Discrete-event serving simulation: speculation under load, batching, per-step policies."""
+    from specscope.simulator.metrics import write_metrics
+    from specscope.simulator.run import SimulateRequest, run_simulation
+    from specscope.tables import simulate_table
+    from specscope.trace import read_trace
+
+    request = SimulateRequest(
+        hw=hw, target=target, drafter=drafter,
+        trace=None if trace is None else read_trace(trace), policy=policy, tree=tree, algo=algo,
+        budget=budget, max_depth=max_depth,
+        acceptance=None if acceptance is None else tuple(_csv_floats(acceptance,
+                                                                     "--acceptance")),
+        runtime=runtime, tp=tp, weight_bits=weight_bits, rate=rate, requests=requests,
+        max_batch=max_batch, token_budget=token_budget, chunked_prefill=chunked_prefill,
+        replicas=replicas, router=router, workload=workload, fork_branches=fork_branches,
+        fork_levels=fork_levels, arrivals=arrivals, cv=cv, arrival_file=arrival_file,
+        prompt_len=prompt_len, output_len=output_len, draft_placement=draft_placement,
+        link_gbps=link_gbps, link_us=link_us, slo_tpot_ms=slo_tpot_ms,
+        drift=() if drift is None else tuple(_csv_floats(drift, "--drift")), seed=seed,
+    )
+    with _progress("simulating") as bar:
+        task = bar.add_task("simulating", total=requests)
+        result = run_simulation(
+            request, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if output is not None:
+        write_metrics(output, result.requests, result.summary)
+    if as_json:
+        _emit(result.summary, True, None)
+    else:
+        console.print(simulate_table(result.summary))
+
+
+@app.command()
 def demo(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:

@@ -96,3 +96,34 @@ def generate_table(run: dict[str, Any]) -> Table:
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def simulate_table(summary: dict[str, Any]) -> Table:
+    """A `specscope simulate` summary: rates, latencies (ms and s), acceptance, batch and KV."""
+    table = Table(title=f"{summary['target']} on {summary['hardware']} ({summary['runtime']}, "
+                        f"tp {summary['tp']}) · policy {summary['policy']} · source "
+                        f"{summary['source']} · {summary['arrivals']} arrivals at "
+                        f"{summary['rate']:g}/s · {summary['workload']}")
+    table.add_column("quantity")
+    table.add_column("mean", justify="right")
+    for q in ("p50", "p90", "p99"):
+        table.add_column(q, justify="right")
+
+    def row(label: str, key: str, fmt: str) -> None:
+        cells = [summary.get(f"{p}_{key}") for p in ("mean", "p50", "p90", "p99")]
+        table.add_row(label, *("–" if c is None else format(c, fmt) for c in cells))
+
+    row("TTFT ms", "ttft_ms", ",.1f")
+    row("TPOT ms", "tpot_ms", ",.2f")
+    row("latency s", "latency_s", ",.3f")
+    slo = summary["slo_tpot_ms"]
+    goodput = "" if slo is None else f" (TPOT ≤ {slo:g} ms: {summary['slo_met']:.0%} of requests)"
+    table.caption = (
+        f"throughput {summary['throughput_tok_s']:,.1f} tok/s · goodput "
+        f"{summary['goodput_tok_s']:,.1f} tok/s{goodput} · {summary['generated_tokens']:,} "
+        f"tokens in {summary['makespan_s']:,.2f} s\naccepted drafts/step "
+        f"{summary['mean_accepted']:.3f} ({summary['acceptance']}: "
+        f"{summary['replayed_steps']:,} replayed, {summary['sampled_steps']:,} sampled) · batch "
+        f"mean {summary['mean_batch']:.1f}, max {summary['max_batch']} · peak KV "
+        f"{summary['peak_kv_occupancy']:.1%} of {summary['kv_capacity_bytes'] / 1e9:,.1f} GB")
+    return table

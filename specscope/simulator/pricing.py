@@ -1,0 +1,282 @@
+"""The simulator's step-time predictor: `BatchPricer`, the `StepPricer` of the server.
+
+A decoding step of a batch costs, from the `CostModel`s of target and drafter (chosen runtime,
+tensor parallelism, weight bits):
+
+- drafting, one batched forward per draft level: at level ℓ the requests still drafting (their
+  `Speculation.draft_levels` ≥ ℓ, one level per (depth, source) of their tree as
+  `Pricing.draft_s` counts them) run one draft-model forward of `b` sequences × the mean number
+  of nodes they forward (a tree's level forwards the nodes above it, root first; a level drafted
+  past the tree's depth forwards the whole tree) at their mean context, plus the profile's
+  `draft_level_host_s` once per batched level; a model-free drafter (n-gram, suffix, recycling)
+  costs `drafter_s[source]` per request per level (its propose calls are per request);
+- verification: one batched target forward (`verify_time`) of all requests' tree tokens plus the
+  profile's `verify_host_s`. Requests' trees and contexts differ, so the forward is priced at
+  the batch's mean tree size and mean context: exact for every linear layer (they see the
+  total token count) and for the KV reads of attention (the sum of contexts), approximate only
+  for attention FLOPs (Σ nᵢ·cᵢ against B·n̄·c̄, small in decoding); exact at batch 1;
+- bookkeeping: the profile's `speculation_step_s` once per step when any request speculates.
+
+A step where no request speculates is plain decoding: one target forward of one token each
+(`forward_time`), nothing else, so at batch 1 a step is `Pricing.autoregressive_s` and a tree
+step `Pricing.tree_step_s(tree)`. A prompt (prefill) is a target forward at context 0 (the cost
+model's prefill terms), plus the draft model's own prefill.
+
+Draft placement `separate` (draft model on other devices, `Link`): drafting of the next step
+overlaps this step's verification, so a step costs the longer of the two plus the link's
+transfers, plus the drafting redone for requests whose last step rejected what the overlapped
+drafting assumed (`combine`).
+
+Speed: each `CostModel` call costs ~0.2 ms, so forwards are tabulated lazily by (batch, total
+new tokens of the batch) over blocks of 256 consecutive integer contexts (or, for prompts,
+integer total lengths) in one vectorised call, and read back by index. Keyed by the total, a
+batch's mean tree size is exact; a batch's mean context falls between integers, where the table
+interpolates linearly (exact at batch 1; `tests/test_simulator_pricing.py` measures the error
+against direct cost-model calls: below 1e-6 relative).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specscope.hw_profiles import CostModel
+from specscope.simulator.policies.base import Speculation
+from specscope.trace.schema import MODEL_FREE_SOURCES
+from specscope.tree import Tree
+
+BLOCK = 256
+"""Consecutive integer arguments tabulated per cost-model call."""
+TOKEN_BYTES = 4
+"""Bytes of one token id sent over the draft link."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """The link between separate draft and target devices: bandwidth (Gbit/s) and latency (µs)."""
+
+    gbps: float
+    latency_us: float
+
+    def step_s(self, tokens: int) -> float:
+        """Seconds of one step's two transfers (trees to the target, verdicts back) moving
+        `tokens` token ids in all."""
+        return 2 * self.latency_us * 1e-6 + tokens * TOKEN_BYTES * 8 / (self.gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """Seconds of one step's phases: drafting, verification (forward + host) and bookkeeping."""
+
+    draft_s: float
+    verify_s: float
+    bookkeeping_s: float
+    speculates: bool = True
+
+
+class _Grid:
+    """Exact values of `fn(batch, total, xs)` at integer x, tabulated in blocks of
+    consecutive integers, interpolated linearly between integers."""
+
+    def __init__(self, fn: Callable[[int, int, np.ndarray], np.ndarray]) -> None:
+        self._fn = fn
+        self._rows: dict[tuple[int, int, int], np.ndarray] = {}
+
+    def at(self, batch: int, total: int, x: float) -> float:
+        """The value at (batch, total, x), x ≥ 0 real."""
+        i = int(x)
+        key = (batch, total, i // BLOCK)
+        row = self._rows.get(key)
+        if row is None:
+            xs = np.arange(key[2] * BLOCK, (key[2] + 1) * BLOCK + 1)
+            row = self._rows[key] = np.asarray(self._fn(batch, total, xs), dtype=float)
+        j = i % BLOCK
+        frac = x - i
+        return float(row[j] if frac == 0 else row[j] + frac * (row[j + 1] - row[j]))
+
+
+def _by_table(cost: CostModel, call: Callable[[np.ndarray], np.ndarray], batch: int,
+              contexts: np.ndarray) -> np.ndarray:
+    """`call(contexts)` evaluated so that each context uses the measured table a scalar call
+    would: the cost model picks the table nearest the *mean* context of an array, so contexts
+    are grouped by their own nearest table (a group's mean has the same nearest table)."""
+    tables = cost.hw.measured_for(cost.model.name, batch, cost.weight_bits, cost.tp,
+                                  cost.runtime.name)
+    if len(tables) < 2:
+        return call(contexts)
+    where = np.array([t.context for t in tables], dtype=float)
+    nearest = np.abs(contexts[:, None] - where[None, :]).argmin(axis=1)
+    out = np.empty(contexts.size)
+    for k in np.unique(nearest):
+        mask = nearest == k
+        out[mask] = call(contexts[mask])
+    return out
+
+
+class _Forwards:
+    """Tabulated forwards of one model, each of `batch` sequences holding `total` new tokens
+    together (so `total / batch` each: exact for any mix of sizes with that total):
+    `forward` (autoregressive, draft levels, chunks), `verify` (tree verification,
+    `verify_time` with STree for state-space layers) after a mean `context`, and `prompt`
+    (context 0)."""
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+        self._forward = _Grid(lambda b, t, c: _by_table(
+            cost, lambda cs: cost.forward_time(b, t / b, cs), b, c))
+        self._verify = _Grid(lambda b, t, c: _by_table(
+            cost, lambda cs: cost.verify_time(t / b, cs, batch=b), b, c))
+        self._prompt = _Grid(lambda b, _, t: cost.forward_time(b, np.maximum(t, b) / b, 0))
+
+    def forward(self, batch: int, total: int, context: float) -> float:
+        """Seconds of one forward of `batch` sequences, `total` new tokens, after `context`."""
+        return self._forward.at(batch, total, context)
+
+    def verify(self, batch: int, total: int, context: float) -> float:
+        """Seconds for the target to verify `batch` trees of `total` tokens after `context`."""
+        return self._verify.at(batch, total, context)
+
+    def prompt(self, batch: int, total: int) -> float:
+        """Seconds of one prefill of `batch` prompts of `total` tokens."""
+        return self._prompt.at(batch, 0, total)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What pricing needs of one speculation: tree size, and per draft level its key
+    (depth, source) and the nodes it forwards."""
+
+    size: int
+    levels: tuple[tuple[tuple[int, str], int], ...]
+    speculates: bool
+
+
+def speculation_shape(spec: Speculation, source: str) -> _Shape:
+    """The draft levels of `spec` as `Pricing.draft_s` counts them (module docstring): one per
+    (depth, source) of its drafted nodes up to `draft_levels`, then levels of `source` past the
+    tree's depth, each forwarding the whole tree."""
+    tree = spec.tree
+    depths = tree.depths
+    above = np.cumsum(np.bincount(depths, minlength=tree.depth + 1))
+    pairs = sorted({(int(depths[v]), tree.sources[v]) for v in range(1, tree.size)
+                    if depths[v] <= spec.draft_levels})
+    levels = [((d, s), int(above[d - 1])) for d, s in pairs]
+    levels += [((d, source), tree.size) for d in range(tree.depth + 1, spec.draft_levels + 1)]
+    return _Shape(tree.size, tuple(levels), tree.size > 1 or spec.draft_levels > 0)
+
+
+class BatchPricer:
+    """Seconds of steps and prefills of a batch (module docstring); implements `StepPricer`.
+
+    `source` is the drafter source of levels drafted past a tree's depth; `link` is the draft
+    link under separate placement (None: colocated).
+    """
+
+    def __init__(self, target: CostModel, drafter: CostModel | None, source: str,
+                 link: Link | None = None) -> None:
+        self.target, self.drafter, self.source, self.link = target, drafter, source, link
+        self._target = _Forwards(target)
+        self._drafter = None if drafter is None else _Forwards(drafter)
+        self._shapes: dict[tuple[int, int], tuple[Tree, _Shape]] = {}
+        hw = target.hw
+        self._host = (hw.draft_level_host_s, hw.verify_host_s, hw.speculation_step_s)
+
+    def shape(self, spec: Speculation) -> _Shape:
+        """The (cached) `speculation_shape` of `spec`."""
+        key = (id(spec.tree), spec.draft_levels)
+        hit = self._shapes.get(key)
+        if hit is not None and hit[0] is spec.tree:
+            return hit[1]
+        if len(self._shapes) > 4096:
+            self._shapes.clear()
+        shape = speculation_shape(spec, self.source)
+        self._shapes[key] = (spec.tree, shape)
+        return shape
+
+    def parts(self, contexts: Sequence[int], speculations: Sequence[Speculation],
+              chunks: Sequence[tuple[int, int]] = ()) -> StepParts:
+        """Seconds of each phase of one step: `contexts[i]` tokens cached for the request that
+        verifies `speculations[i]`; `chunks` (tokens, tokens already prefilled) are prompt
+        chunks that join the step's target forward as more sequences (chunked prefill), and
+        the draft model's forward of them (colocated drafting only)."""
+        groups: dict[int, list] = {}
+        for spec, context in zip(speculations, contexts, strict=True):
+            group = groups.get(id(spec))
+            if group is None:
+                groups[id(spec)] = [spec, 1, context]
+            else:
+                group[1] += 1
+                group[2] += context
+        tokens = batch = context_sum = 0
+        speculates = False
+        levels: dict[tuple[int, str], list[int]] = {}
+        for spec, count, contexts_sum in groups.values():
+            shape = self.shape(spec)
+            tokens += shape.size * count
+            batch += count
+            context_sum += contexts_sum
+            speculates |= shape.speculates
+            for key, forwarded in shape.levels:
+                level = levels.get(key)
+                if level is None:
+                    levels[key] = [count, forwarded * count, contexts_sum]
+                else:
+                    level[0] += count
+                    level[1] += forwarded * count
+                    level[2] += contexts_sum
+        draft = sum(self._level_s(source, *level) for (_, source), level in levels.items())
+        for size, done in chunks:
+            tokens += size
+            batch += 1
+            context_sum += done
+        if chunks and self._drafter is not None and self.link is None:
+            draft += self._drafter.forward(len(chunks), sum(s for s, _ in chunks),
+                                           sum(d for _, d in chunks) / len(chunks))
+        if not speculates:
+            forward = self._target.forward(batch, tokens, context_sum / batch)
+            return StepParts(draft, forward, 0.0, False)
+        verify = self._target.verify(batch, tokens, context_sum / batch) + self._host[1]
+        return StepParts(draft, verify, self._host[2])
+
+    def _level_s(self, source: str, count: int, forwarded: int, context_sum: int) -> float:
+        """Seconds of one batched draft level of `source`: `count` requests forwarding
+        `forwarded` nodes in all, after `context_sum` cached tokens in all."""
+        if source in MODEL_FREE_SOURCES:
+            return count * self.target.hw.drafter_s.get(source, 0.0)
+        if self._drafter is None:
+            return 0.0
+        return self._drafter.forward(count, forwarded, context_sum / count) + self._host[0]
+
+    def draft_s(self, contexts: Sequence[int], speculations: Sequence[Speculation]) -> float:
+        """Seconds drafting `speculations` alone (a subset of a step's requests)."""
+        return self.parts(contexts, speculations).draft_s
+
+    def combine(self, parts: StepParts, redo_s: float = 0.0, moved: int = 0) -> float:
+        """Seconds of a step from its parts: colocated, their sum; separate placement, the
+        longer of verification (+ bookkeeping) and the overlapped drafting, plus `redo_s` of
+        drafting redone serially and the link's transfers of `moved` token ids."""
+        if self.link is None:
+            return parts.draft_s + parts.verify_s + parts.bookkeeping_s
+        link = self.link.step_s(moved) if parts.speculates else 0.0
+        return redo_s + max(parts.verify_s + parts.bookkeeping_s, parts.draft_s) + link
+
+    def step_s(self, contexts: Sequence[int], speculations: Sequence[Speculation]) -> float:
+        """Seconds of one decoding step (`StepPricer`); under separate placement the
+        overlapped drafting is assumed to hold (no redo) and the link moves the trees and one
+        token per request back."""
+        parts = self.parts(contexts, speculations)
+        moved = sum(self.shape(s).size + 1 for s in speculations) if self.link else 0
+        return self.combine(parts, 0.0, moved)
+
+    def prefill_s(self, prompts: Sequence[int]) -> float:
+        """Seconds to prefill `prompts` (token counts) in one batched forward at their mean
+        length, with the draft model's prefill (in turn when colocated, alongside when
+        separate)."""
+        batch, total = len(prompts), sum(prompts)
+        target = self._target.prompt(batch, total)
+        if self._drafter is None:
+            return target
+        draft = self._drafter.prompt(batch, total)
+        return max(target, draft) if self.link else target + draft

@@ -1,0 +1,286 @@
+"""`specscope simulate` as a library call: check every option, build the pieces, run, measure.
+
+The drafter is a catalogue draft model (its trace source is `draft:<name>`), a model-free source
+(`ngram`, `suffix`, `recycle`), or None: the trace's default source then, or no drafter at all
+for `--policy none`. Acceptance comes from the trace (replayed, and fitted as the policies'
+`AcceptanceModel`) or from a given vector `acceptance`. Every bad option is an `InputError`
+naming it, raised before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import simpy
+
+from specscope.errors import InputError
+from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
+from specscope.models import ModelSpec, get_model, list_models
+from specscope.optimizers.run import read_tree_file
+from specscope.simulator.acceptance import Acceptance
+from specscope.simulator.entities import Group, KVCost, KVSpace, Request, kv_capacity
+from specscope.simulator.events import EventLog
+from specscope.simulator.metrics import request_table, summarise, time_series
+from specscope.simulator.policies import POLICIES
+from specscope.simulator.policies.base import PolicySetup
+from specscope.simulator.pricing import BatchPricer, Link
+from specscope.simulator.scheduler import Limits, Router
+from specscope.simulator.server import Replica, serve
+from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
+from specscope.trace import AcceptanceModel, Trace, default_source, resolve_source
+from specscope.trace.schema import DRAFT_PREFIX, MODEL_FREE_SOURCES
+from specscope.tree import DEFAULT_SOURCE, Tree
+
+PLACEMENTS = ("colocated", "separate")
+DEFAULT_PROMPT, DEFAULT_OUTPUT = "512", "256"
+"""Lengths (tokens) without a trace."""
+
+
+@dataclass(frozen=True)
+class SimulateRequest:
+    """The options of `specscope simulate` (see `specscope simulate --help`)."""
+
+    hw: str
+    target: str | ModelSpec
+    """A catalogue name, or a `ModelSpec` of one's own."""
+    drafter: str | None = None
+    trace: Trace | None = None
+    policy: str = "none"
+    tree: Path | None = None
+    algo: str | None = None
+    budget: int = 16
+    max_depth: int = 12
+    acceptance: tuple[float, ...] | None = None
+    runtime: str | None = None
+    tp: int = 1
+    weight_bits: int | None = None
+    rate: float = 1.0
+    requests: int = 100
+    max_batch: int = 32
+    token_budget: int = 8192
+    chunked_prefill: int | None = None
+    replicas: int = 1
+    router: str = "round-robin"
+    workload: str = "chat"
+    fork_branches: int = 4
+    fork_levels: int = 1
+    arrivals: str = "poisson"
+    cv: float = 1.0
+    arrival_file: Path | None = None
+    prompt_len: str | None = None
+    output_len: str | None = None
+    draft_placement: str = "colocated"
+    link_gbps: float = 100.0
+    link_us: float = 10.0
+    slo_tpot_ms: float | None = None
+    drift: tuple[float, ...] = ()
+    seed: int = 0
+    options: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """The summary (JSON-ready), one row per sequence, the event log and the time series."""
+
+    summary: dict[str, Any]
+    requests: pl.DataFrame
+    events: pl.DataFrame
+    timeseries: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class _Drafter:
+    """The drafter as resolved: its trace source and its cost model (None: model-free)."""
+
+    source: str
+    cost: CostModel | None
+
+
+def run_simulation(req: SimulateRequest,
+                   progress: Callable[[int, int], None] | None = None) -> SimulationResult:
+    """Check `req`, simulate it, and measure it; `progress(done, total)` after each finished
+    arrival."""
+    _check(req)
+    profile = load_profile(req.hw)
+    spec = get_model(req.target) if isinstance(req.target, str) else req.target
+    target = CostModel(profile, spec, weight_bits=req.weight_bits, tp=req.tp,
+                       runtime=req.runtime)
+    drafter = _drafter(req, profile)
+    model = _acceptance_model(req, drafter.source)
+    tree = _tree(req, spec.name, drafter.source)
+    acceptance = Acceptance(model, req.trace, req.seed, req.drift)
+    if tree is not None and req.trace is not None:
+        acceptance.check(tree)
+    link = Link(req.link_gbps, req.link_us) if req.draft_placement == "separate" else None
+    pricer = BatchPricer(target, drafter.cost, drafter.source, link)
+    colocated = [target] + ([drafter.cost] if drafter.cost is not None and link is None else [])
+    capacity = kv_capacity(colocated)
+    max_tree = 1 if req.policy == "none" else max(req.budget, tree.size if tree else 1)
+    limits = Limits(req.max_batch, req.token_budget, req.chunked_prefill, max_tree)
+    limits.check()
+    groups = build_groups(_workload(req), req.seed, acceptance.trace_request,
+                          acceptance.trace_lengths, acceptance.multiplier)
+    _check_fits(groups, limits, KVSpace(capacity, KVCost.of(*colocated)))
+
+    env, log = simpy.Environment(), EventLog()
+    setup = PolicySetup(model, drafter.source, req.trace, tree, req.budget, req.max_depth,
+                        req.seed, dict(req.options))
+    done = 0
+
+    def finished(_: object) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, len(groups))
+
+    replicas = [Replica(i, env, limits, KVSpace(capacity, KVCost.of(*colocated)), pricer,
+                        POLICIES[req.policy](setup), acceptance, log, finished)
+                for i in range(req.replicas)]
+    serve(groups, replicas, Router(req.router, req.replicas))
+
+    requests = request_table(_sequences(groups))
+    events = log.frame()
+    series = time_series(events, capacity)
+    summary = {
+        "hardware": profile.name, "target": spec.name, "runtime": target.runtime.name,
+        "tp": req.tp, "weight_bits": target.weight_bits, "drafter": req.drafter,
+        "source": drafter.source, "policy": req.policy, "draft_placement": req.draft_placement,
+        "workload": req.workload, "rate": req.rate, "arrivals": req.requests,
+        "replicas": req.replicas, "max_batch_limit": req.max_batch, "seed": req.seed,
+        **summarise(requests, series, req.slo_tpot_ms),
+        "kv_capacity_bytes": capacity,
+        "acceptance": acceptance.origin,
+        "replayed_steps": acceptance.replayed, "sampled_steps": acceptance.sampled,
+    }
+    return SimulationResult(summary, requests, events, series)
+
+
+def _check(req: SimulateRequest) -> None:
+    """Raise `InputError` for the first bad option that needs nothing loaded."""
+    if req.policy not in POLICIES:
+        raise InputError(f"--policy: unknown policy {req.policy!r}; known: "
+                         f"{', '.join(POLICIES)}")
+    if req.budget < 1:
+        raise InputError(f"--budget must be ≥ 1 (tree size counts the root), got {req.budget}")
+    if req.budget > req.token_budget:
+        raise InputError(f"--budget {req.budget} exceeds --token-budget {req.token_budget}")
+    if req.max_depth < 0:
+        raise InputError(f"--max-depth must be ≥ 0, got {req.max_depth}")
+    if req.draft_placement not in PLACEMENTS:
+        raise InputError(f"--draft-placement must be one of {', '.join(PLACEMENTS)}, "
+                         f"got {req.draft_placement!r}")
+    if not (req.link_gbps > 0 and req.link_us >= 0):
+        raise InputError(f"--link-gbps must be > 0 and --link-us ≥ 0, got {req.link_gbps} and "
+                         f"{req.link_us}")
+    if req.slo_tpot_ms is not None and not req.slo_tpot_ms > 0:
+        raise InputError(f"--slo-tpot-ms must be > 0, got {req.slo_tpot_ms}")
+    if any(not m > 0 for m in req.drift):
+        raise InputError(f"--drift multipliers must be > 0, got {list(req.drift)}")
+    if req.drift and req.policy == "none":
+        raise InputError("--drift changes acceptance, which --policy none never uses")
+
+
+def _drafter(req: SimulateRequest, profile: HardwareProfile) -> _Drafter:
+    """The drafter's source and cost model (module docstring)."""
+    name = req.drafter
+    if name is None:
+        if req.trace is None:
+            if req.policy != "none":
+                raise InputError(f"--policy {req.policy} needs --drafter (a draft model or "
+                                 f"{', '.join(sorted(MODEL_FREE_SOURCES))}) or --trace")
+            return _Drafter(DEFAULT_SOURCE, None)
+        source = default_source(req.trace)
+        name = source.removeprefix(DRAFT_PREFIX)
+        if source.startswith(DRAFT_PREFIX) and name not in list_models():
+            raise InputError(f"draft model {name!r} of trace source {source!r} is not in the "
+                             "catalogue; pass --drafter")
+    if name in MODEL_FREE_SOURCES:
+        source, cost = name, None
+    else:
+        source = DRAFT_PREFIX + name
+        cost = CostModel(profile, get_model(name), runtime=req.runtime)
+    if req.trace is not None:
+        resolve_source(req.trace, source)
+    if req.draft_placement == "separate" and cost is None:
+        raise InputError("--draft-placement separate needs a draft model (--drafter MODEL)")
+    return _Drafter(source, cost)
+
+
+def _acceptance_model(req: SimulateRequest, source: str) -> AcceptanceModel:
+    """The drafter's fitted (trace) or given acceptance vector."""
+    if req.trace is not None:
+        if req.acceptance is not None:
+            raise InputError("give one of --trace and --acceptance")
+        return AcceptanceModel.from_trace(req.trace, source)
+    if req.acceptance is None:
+        if req.policy != "none":
+            raise InputError(f"--policy {req.policy} needs --trace or --acceptance")
+        return AcceptanceModel.from_vector([0.0], source)
+    return AcceptanceModel.from_vector(list(req.acceptance), source)
+
+
+def _tree(req: SimulateRequest, target: str, source: str) -> Tree | None:
+    """The `--tree` file's tree, checked against the simulated target and drafter source; a
+    tree of the unnamed draft source ("draft", from `optimize-tree --acceptance`) is taken
+    as the simulated draft model's."""
+    if req.tree is None:
+        if req.algo is not None:
+            raise InputError("--algo picks a method of a --tree file; give --tree")
+        return None
+    found = read_tree_file(req.tree, req.algo)
+    if found.target is not None and found.target != target:
+        raise InputError(f"--tree {req.tree}: optimised for target {found.target}, "
+                         f"simulating {target}")
+    tree = found.tree
+    generic = source.startswith(DRAFT_PREFIX) and set(tree.sources[1:]) <= {DEFAULT_SOURCE}
+    if generic:
+        tree = Tree(tree.parents, tree.ranks, (tree.sources[0],) + (source,) * (tree.size - 1))
+    elif found.source is not None and found.source != source:
+        raise InputError(f"--tree {req.tree}: drafted by source {found.source}, simulating "
+                         f"drafter source {source}")
+    if req.trace is None and set(tree.sources[1:]) - {source}:
+        raise InputError(f"--tree {req.tree}: holds nodes of sources "
+                         f"{sorted(set(tree.sources[1:]) - {source})}, simulating {source}")
+    if tree.size > req.token_budget:
+        raise InputError(f"--tree {req.tree}: {tree.size} tokens exceed --token-budget "
+                         f"{req.token_budget}")
+    return tree
+
+
+def _workload(req: SimulateRequest) -> WorkloadSpec:
+    default = "trace" if req.trace is not None else None
+    spec = WorkloadSpec(
+        requests=req.requests, rate=req.rate,
+        prompt=LengthDist.parse(req.prompt_len or default or DEFAULT_PROMPT, "--prompt-len"),
+        output=LengthDist.parse(req.output_len or default or DEFAULT_OUTPUT, "--output-len"),
+        arrivals=req.arrivals, cv=req.cv, arrival_file=req.arrival_file, kind=req.workload,
+        branches=req.fork_branches, levels=req.fork_levels)
+    spec.check()
+    return spec
+
+
+def _check_fits(groups: list[Group], limits: Limits, kv: KVSpace) -> None:
+    """Raise `InputError` when an arrival could never run: its peak KV above the capacity, or
+    (prefill not chunked) its prompt above the token budget."""
+    for group in groups:
+        if not kv.fits(kv.peak(group, limits.max_tree)):
+            raise InputError(f"arrival {group.id} needs {kv.peak(group, limits.max_tree) / 1e9:.2f}"
+                             f" GB of KV memory, more than the {kv.capacity / 1e9:.2f} GB left "
+                             "after the weights (lower --output-len/--prompt-len or raise --tp)")
+        if limits.chunk is None and group.prompt_len > limits.token_budget:
+            raise InputError(f"--token-budget {limits.token_budget} is below a prompt of "
+                             f"{group.prompt_len} tokens; raise it or use --chunked-prefill")
+
+
+def _sequences(groups: list[Group]) -> list[Request]:
+    """Every sequence of every group, in id order."""
+    out, stack = [], [r for g in groups for r in g.first]
+    while stack:
+        r = stack.pop()
+        out.append(r)
+        stack.extend(r.children)
+    return sorted(out, key=lambda r: r.id)

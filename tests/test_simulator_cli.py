@@ -1,0 +1,118 @@
+"""`specscope simulate` on the command line: identical JSON for a seed, the metrics file, and
+every bad input as one stderr line with exit status 2 and nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from specscope.cli import main
+from specscope.trace import synth_trace, write_trace
+from specscope.tree import Tree
+
+BASE = ["simulate", "--hw", "h100", "--target", "llama-3.1-8b", "--drafter", "llama-3.2-1b",
+        "--acceptance", "0.6,0.2", "--rate", "20", "--requests", "30", "--seed", "1",
+        "--output-len", "64"]
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run `specscope` in-process: (exit status, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("sim")
+    tree = Tree.chain(3, "draft:llama-3.2-1b")
+    paths = {"tree": folder / "tree.json", "other": folder / "other.json",
+             "trace": folder / "trace.parquet", "garbage": folder / "garbage.parquet",
+             "arrivals": folder / "arrivals.txt"}
+    paths["tree"].write_text(tree.to_json())
+    optimized = {"target": "llama-2-7b", "source": "draft:llama-3.2-1b",
+                 "results": [{"algo": "chain", "tree": tree.to_dict()}]}
+    paths["other"].write_text(json.dumps(optimized))
+    write_trace(synth_trace(4, seed=0, sources=("draft:llama-68m",), length=32), paths["trace"])
+    paths["garbage"].write_text("not a parquet file\n")
+    paths["arrivals"].write_text("0.0\n0.5\nsoon\n")
+    return paths
+
+
+def test_json_is_identical_for_a_seed_and_the_metrics_file_holds_every_request(
+        capsys: pytest.CaptureFixture[str], files: dict[str, Path], tmp_path: Path) -> None:
+    args = [*BASE, "--policy", "static", "--tree", str(files["tree"]), "--json"]
+    code, first, err = _cli(capsys, *args, "-o", str(tmp_path / "m.parquet"))
+    assert code == 0, err
+    assert _cli(capsys, *args)[1] == first
+    summary = json.loads(first)
+    for key in ("throughput_tok_s", "goodput_tok_s", "mean_tpot_ms", "mean_ttft_ms",
+                "mean_latency_s", "p99_latency_s", "mean_accepted", "generated_tokens",
+                "acceptance", "replayed_steps", "sampled_steps"):
+        assert key in summary
+    assert summary["acceptance"] == "sampled"
+    table = pl.read_parquet(tmp_path / "m.parquet")
+    assert table.height == 30 and table["tokens"].sum() == summary["generated_tokens"]
+    stored = json.loads(pq.read_metadata(tmp_path / "m.parquet").metadata[b"summary"])
+    assert stored == summary
+
+
+def test_the_terminal_summary_states_its_units(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, *BASE)
+    assert code == 0
+    assert "TPOT ms" in out and "tok/s" in out
+
+
+BAD = {
+    "unknown policy": (["--policy", "magic"], "--policy"),
+    "tree for another target": (["--policy", "static", "--tree", "{other}"], "llama-2-7b"),
+    "zero rate": (["--rate", "0"], "--rate"),
+    "negative rate": (["--rate", "-2"], "--rate"),
+    "trace that does not parse": (["--trace", "{garbage}", "--acceptance", ""], "garbage"),
+    "unknown hardware": (["--hw", "h900"], "h900"),
+    "unknown target": (["--target", "llama-9"], "llama-9"),
+    "unknown drafter": (["--drafter", "nope-1b"], "nope-1b"),
+    "budget below the batch": (["--max-batch", "64", "--token-budget", "32"], "--token-budget"),
+    "empty tree budget": (["--budget", "0", "--policy", "static", "--tree", "{tree}"],
+                          "--budget"),
+    "static without a tree": (["--policy", "static"], "--tree"),
+    "unknown algo": (["--policy", "static", "--tree", "{other}", "--algo", "sequoia"],
+                     "--algo"),
+    "bad arrival file": (["--arrival-file", "{arrivals}"], "line 3"),
+    "bad lengths": (["--prompt-len", "uniform:9"], "--prompt-len"),
+    "bad router": (["--router", "random"], "--router"),
+    "trace source missing": (["--trace", "{trace}", "--acceptance", ""], "llama-3.2-1b"),
+    "weights do not fit": (["--target", "llama-2-70b"], "do not fit"),
+    "prompt over the budget": (["--prompt-len", "9000"], "--chunked-prefill"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_input_is_one_line_exit_2_and_nothing_written(
+        capsys: pytest.CaptureFixture[str], files: dict[str, Path], tmp_path: Path,
+        case: str) -> None:
+    extra, needle = BAD[case]
+    args = [a.format(**{k: str(v) for k, v in files.items()}) for a in extra]
+    argv = list(BASE)
+    for i in range(0, len(args), 2):
+        flag, value = args[i], args[i + 1]
+        if flag in argv:
+            at = argv.index(flag)
+            if value:
+                argv[at + 1] = value
+            else:
+                del argv[at : at + 2]
+        else:
+            argv += [flag, value]
+    out_file = tmp_path / "metrics.parquet"
+    code, out, err = _cli(capsys, *argv, "-o", str(out_file))
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and needle in err
+    assert not out_file.exists()
+    assert list(tmp_path.iterdir()) == []

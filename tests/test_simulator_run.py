@@ -1,0 +1,172 @@
+"""The serving simulator end to end: determinism, conservation, ordered events, KV within
+capacity, the closed forms at vanishing load, state-space targets' larger batches."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from specscope.hw_profiles import CostModel, load_profile
+from specscope.models import ModelSpec, get_model, param_count
+from specscope.optimizers.scoring import Pricing
+from specscope.simulator.analytic import chain_tokens, tpot_s
+from specscope.simulator.run import SimulateRequest, SimulationResult, run_simulation
+from specscope.trace import synth_trace
+from specscope.tree import Tree
+
+DRAFT = "llama-3.2-1b"
+SOURCE = f"draft:{DRAFT}"
+TREE = Tree.from_rank_paths([(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)], SOURCE)
+
+
+@pytest.fixture(scope="module")
+def tree_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tree") / "tree.json"
+    path.write_text(TREE.to_json())
+    return path
+
+
+def _request(tree_file: Path, **changes: object) -> SimulateRequest:
+    base = SimulateRequest(hw="h100", target="llama-3.1-8b", drafter=DRAFT, policy="static",
+                           tree=tree_file, acceptance=(0.6, 0.2, 0.1), rate=40.0, requests=60,
+                           max_batch=16, prompt_len="uniform:64:512",
+                           output_len="lognormal:96:0.6", seed=7)
+    return dataclasses.replace(base, **changes)
+
+
+def _check_consistent(result: SimulationResult) -> None:
+    """Conservation, ordered per-request timestamps and an ordered event log."""
+    r = result.requests
+    assert (r["tokens"] >= 1).all()
+    assert r["tokens"].sum() == result.summary["generated_tokens"]
+    order = ["start_s", "admitted_s", "prefill_done_s", "first_token_s", "finish_s"]
+    for early, late in itertools.pairwise(order):
+        assert (r[late] >= r[early]).all(), (early, late)
+    times = result.events["time_s"].to_numpy()
+    assert times.min() >= 0 and np.all(np.diff(times) >= 0)
+    ends = result.events.filter(pl.col("event") == "step_end")
+    assert ends["tokens"].sum() == result.summary["generated_tokens"]
+
+
+def test_the_same_seed_gives_the_same_json_and_another_seed_another(tree_file: Path) -> None:
+    one = json.dumps(run_simulation(_request(tree_file)).summary)
+    assert json.dumps(run_simulation(_request(tree_file)).summary) == one
+    assert json.dumps(run_simulation(_request(tree_file, seed=8)).summary) != one
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"policy": "none", "tree": None}, {"chunked_prefill": 128},
+    {"replicas": 3, "router": "least-outstanding"}, {"replicas": 2},
+    {"draft_placement": "separate"}, {"arrivals": "gamma", "cv": 3.0},
+    {"workload": "forking", "fork_branches": 3, "fork_levels": 2, "requests": 10},
+    {"drift": (1.0, 0.5)},
+], ids=lambda c: ",".join(c) or "static")
+def test_every_request_generates_exactly_its_requested_tokens(tree_file: Path,
+                                                              changes: dict) -> None:
+    result = run_simulation(_request(tree_file, **changes))
+    _check_consistent(result)
+    assert (result.requests["tokens"] == result.requests["output_len"]).all()
+    assert result.requests["output_len"].n_unique() > 10  # lognormal lengths, clipped steps
+
+
+def test_forked_sequences_start_when_their_parent_finishes(tree_file: Path) -> None:
+    result = run_simulation(_request(tree_file, workload="forking", fork_branches=2,
+                                     fork_levels=2, requests=6))
+    r = result.requests
+    assert r.height == 6 * (2 + 4)
+    first, second = r.filter(pl.col("level") == 1), r.filter(pl.col("level") == 2)
+    assert first["prompt_len"].to_list() == np.repeat(first["prompt_len"][::2], 2).tolist()
+    parents = first.sort("request")
+    finish = np.repeat(parents["finish_s"].to_numpy(), 2)
+    assert np.allclose(second.sort("request")["start_s"].to_numpy(), finish)
+    prompts = np.repeat((parents["prompt_len"] + parents["tokens"]).to_numpy(), 2)
+    assert second.sort("request")["prompt_len"].to_list() == prompts.tolist()
+    assert result.events.filter(pl.col("event") == "prefill_done").height == 6
+
+
+def test_kv_memory_never_exceeds_the_capacity_and_requests_wait_for_it(
+        tree_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tight profile (memory for the weights and a few long requests): arrivals queue."""
+    profile = load_profile("h100")
+    weights = sum(CostModel(profile, get_model(m)).memory_bytes(0, 0)
+                  for m in ("llama-3.1-8b", DRAFT))
+    per_request = (CostModel(profile, get_model("llama-3.1-8b")).memory_bytes(1, 3000)
+                   + CostModel(profile, get_model(DRAFT)).memory_bytes(1, 3000) - weights)
+    tight = dataclasses.replace(profile, memory_bytes=weights + 3.5 * per_request)
+    monkeypatch.setattr("specscope.simulator.run.load_profile", lambda name: tight)
+    result = run_simulation(_request(tree_file, prompt_len="2000", output_len="800",
+                                     requests=20, rate=100.0))
+    _check_consistent(result)
+    capacity = result.summary["kv_capacity_bytes"]
+    assert result.timeseries["kv_bytes"].max() <= capacity
+    assert result.events["kv_bytes"].max() <= capacity
+    assert result.summary["max_batch"] == 3  # 3 of 20 fit; 16 slots would allow more
+    waited = result.requests["admitted_s"] - result.requests["start_s"]
+    assert (waited > 1.0).sum() >= 10
+
+
+@pytest.mark.parametrize("tree", [Tree.chain(4, SOURCE), TREE], ids=["chain", "tree"])
+def test_at_vanishing_load_tpot_is_the_closed_form(tmp_path: Path, tree: Tree) -> None:
+    """One request at a time: TPOT = step_s / E[tokens per step] at the mean context (within
+    1%); for the chain, E is Leviathan's formula."""
+    p = [0.7] if tree.depth == tree.size - 1 else [0.6, 0.2, 0.1]
+    path = tmp_path / "t.json"
+    path.write_text(tree.to_json())
+    prompt, output = 512, 2000
+    result = run_simulation(SimulateRequest(
+        hw="h100", target="llama-3.1-8b", drafter=DRAFT, policy="static", tree=path,
+        acceptance=tuple(p), rate=1e-6, requests=40, prompt_len=str(prompt),
+        output_len=str(output), seed=3))
+    assert result.summary["max_batch"] == 1
+    profile = load_profile("h100")
+    pricing = Pricing(CostModel(profile, get_model("llama-3.1-8b")),
+                      CostModel(profile, get_model(DRAFT)), prompt + output // 2)
+    if tree.size == 5:
+        assert tree.expected_tokens(p) == pytest.approx(chain_tokens(0.7, 4))
+    expected_ms = tpot_s(pricing, tree, p) * 1e3
+    assert result.summary["mean_tpot_ms"] == pytest.approx(expected_ms, rel=0.01)
+    plain = run_simulation(SimulateRequest(
+        hw="h100", target="llama-3.1-8b", rate=1e-6, requests=3, prompt_len=str(prompt),
+        output_len=str(output), seed=3))
+    assert plain.summary["mean_tpot_ms"] == pytest.approx(pricing.autoregressive_s * 1e3,
+                                                          rel=0.01)
+
+
+def test_a_state_space_target_batches_more_than_a_transformer_at_long_context() -> None:
+    """mamba2-2.7b holds a fixed state per request; a Transformer of the same size holds a KV
+    cache that grows with the context, so memory caps its batch first."""
+    ssm = get_model("mamba2-2.7b")
+    transformer = ModelSpec(name="transformer-2.7b", arch="transformer", n_layers=32,
+                            d_model=2560, vocab_size=ssm.vocab_size, n_heads=20, n_kv_heads=20,
+                            head_dim=128, d_ff=6912, tie_embeddings=True)
+    assert param_count(transformer) == pytest.approx(param_count(ssm), rel=0.05)
+    batches = {}
+    for spec in (ssm, transformer):
+        result = run_simulation(SimulateRequest(
+            hw="h100", target=spec, rate=1000.0, requests=300, max_batch=256,
+            prompt_len="16000", output_len="32", token_budget=20000, seed=0))
+        batches[spec.name] = result.summary["max_batch"]
+        assert result.summary["peak_kv_occupancy"] <= 1.0
+    assert batches["mamba2-2.7b"] == 256
+    assert batches["transformer-2.7b"] < 32
+
+
+def test_replay_serves_the_trace_lengths_and_says_so(tmp_path: Path) -> None:
+    trace = synth_trace(6, seed=1, sources=("draft:llama-68m", "ngram"), length=64)
+    chain = tmp_path / "chain.json"
+    chain.write_text(Tree.chain(3, "draft:llama-68m").to_json())
+    common = dict(hw="h100", target="llama-2-7b", drafter="llama-68m", trace=trace,
+                  policy="static", tree=chain, rate=5.0, requests=12, seed=0)
+    replayed = run_simulation(SimulateRequest(**common))
+    assert replayed.summary["acceptance"] == "replay"
+    assert replayed.summary["sampled_steps"] == 0
+    assert set(replayed.requests["tokens"].to_list()) == {64}
+    longer = run_simulation(SimulateRequest(**common, output_len="100"))
+    assert longer.summary["acceptance"] == "mixed"
+    assert longer.summary["replayed_steps"] > 0 and longer.summary["sampled_steps"] > 0
