@@ -10,7 +10,7 @@ from specscope.hw_profiles import CostModel, load_profile
 from specscope.models import get_model
 from specscope.optimizers.scoring import Pricing
 from specscope.simulator.policies.base import Speculation
-from specscope.simulator.pricing import BatchPricer, Link
+from specscope.simulator.pricing import BatchPricer, Link, host_terms
 from specscope.tree import Tree
 
 PAIRS = [("h100", "llama-3.1-8b", "llama-3.2-1b", None), ("cpu-2core", "tiny-code",
@@ -66,8 +66,8 @@ def test_levels_drafted_past_the_tree_forward_the_whole_tree() -> None:
     chain = Tree.chain(3, "draft:llama-3.2-1b")
     extra = pricer.parts([500], [Speculation(chain, 4)]).draft_s
     base = pricer.parts([500], [Speculation.of(chain)]).draft_s
-    assert extra - base == pytest.approx(float(d.forward_time(1, 4, 500)) + t.hw.draft_level_host_s,
-                                         rel=1e-9)
+    assert extra - base == pytest.approx(float(d.forward_time(1, 4, 500))
+                                         + host_terms(t, d).level, rel=1e-9)
 
 
 @pytest.mark.parametrize(("hw", "target", "draft", "runtime"), PAIRS)
@@ -78,6 +78,7 @@ def test_batched_steps_are_the_cost_model_at_mean_tree_and_context(
     t, d = _models(hw, target, draft, runtime)
     source = f"draft:{draft}"
     pricer = BatchPricer(t, d, source)
+    host = host_terms(t, d)
     rng = np.random.default_rng(0)
     worst = 0.0
     for batch in (2, 5, 16):
@@ -86,7 +87,7 @@ def test_batched_steps_are_the_cost_model_at_mean_tree_and_context(
         specs = [Speculation.of(tree) for tree in trees]
         parts = pricer.parts(contexts, specs)
         n, c = np.mean([tree.size for tree in trees]), np.mean(contexts)
-        verify = float(t.verify_time(n, c, batch=batch)) + t.hw.verify_host_s
+        verify = float(t.verify_time(n, c, batch=batch)) + host.verify
         worst = max(worst, abs(parts.verify_s / verify - 1))
         for level in range(1, 6):
             drafting = [(ctx, tree) for ctx, tree in zip(contexts, trees, strict=True)
@@ -100,7 +101,7 @@ def test_batched_steps_are_the_cost_model_at_mean_tree_and_context(
             above = one.draft_s - BatchPricer(t, d, source).parts(
                 [x for x, _ in drafting],
                 [Speculation(Tree.chain(level - 1, source), level - 1)] * len(drafting)).draft_s
-            worst = max(worst, abs((above - t.hw.draft_level_host_s) / direct - 1))
+            worst = max(worst, abs((above - host.level) / direct - 1))
     assert worst < 1e-6
 
 

@@ -7,15 +7,17 @@ tensor parallelism, weight bits):
   `Speculation.draft_levels` ≥ ℓ, one level per (depth, source) of their tree as
   `Pricing.draft_s` counts them) run one draft-model forward of `b` sequences × the mean number
   of nodes they forward (a tree's level forwards the nodes above it, root first; a level drafted
-  past the tree's depth forwards the whole tree) at their mean context, plus the profile's
-  `draft_level_host_s` once per batched level; a model-free drafter (n-gram, suffix, recycling)
-  costs `drafter_s[source]` per request per level (its propose calls are per request);
+  past the tree's depth forwards the whole tree) at their mean context, plus the level's host
+  work once per batched level; a model-free drafter (n-gram, suffix, recycling) costs its
+  propose call (`drafter_s[source]`) per request per level (the calls are per request);
 - verification: one batched target forward (`verify_time`) of all requests' tree tokens plus the
-  profile's `verify_host_s`. Requests' trees and contexts differ, so the forward is priced at
+  host's work around it. Requests' trees and contexts differ, so the forward is priced at
   the batch's mean tree size and mean context: exact for every linear layer (they see the
   total token count) and for the KV reads of attention (the sum of contexts), approximate only
   for attention FLOPs (Σ nᵢ·cᵢ against B·n̄·c̄, small in decoding); exact at batch 1;
 - bookkeeping: the profile's `speculation_step_s` once per step when any request speculates.
+
+The host terms (per level, per verification, per step) are `Pricing`'s own (`host_terms`).
 
 A step where no request speculates is plain decoding: one target forward of one token each
 (`forward_time`), nothing else, so at batch 1 a step is `Pricing.autoregressive_s` and a tree
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specscope.hw_profiles import CostModel
+from specscope.optimizers.scoring import Pricing
 from specscope.simulator.policies.base import Speculation
 from specscope.trace.schema import MODEL_FREE_SOURCES
 from specscope.tree import Tree
@@ -144,6 +147,30 @@ class _Forwards:
 
 
 @dataclass(frozen=True)
+class HostTerms:
+    """Host seconds a speculative step adds to the model forwards, as `Pricing` prices them:
+    per draft-model level, per verification, per step (bookkeeping), and `level_s` of a
+    model-free source."""
+
+    level: float
+    verify: float
+    bookkeeping: float
+    level_s: Callable[[str], float]
+
+
+def host_terms(target: CostModel, drafter: CostModel | None) -> HostTerms:
+    """The host terms of `Pricing` on these models: what its draft level and verification cost
+    beyond the forwards they run, read off one reference step, so that the simulator and the
+    optimizers price the loop's host work alike whatever `Pricing` counts in it."""
+    ref = Pricing(target, drafter, 1)
+    forward = float(target.verify_time(2, 1, batch=1, depth=1, ssm_verify=ref.ssm_verify))
+    level = 0.0
+    if drafter is not None:
+        level = ref.level_s("draft", 1) - float(drafter.forward_time(1, 1, 1))
+    return HostTerms(level, ref.verify_s(2, 1) - forward, ref.bookkeeping_s, ref.level_s)
+
+
+@dataclass(frozen=True)
 class _Shape:
     """What pricing needs of one speculation: tree size, and per draft level its key
     (depth, source) and the nodes it forwards."""
@@ -180,8 +207,7 @@ class BatchPricer:
         self._target = _Forwards(target)
         self._drafter = None if drafter is None else _Forwards(drafter)
         self._shapes: dict[tuple[int, int], tuple[Tree, _Shape]] = {}
-        hw = target.hw
-        self._host = (hw.draft_level_host_s, hw.verify_host_s, hw.speculation_step_s)
+        self._host = host_terms(target, drafter)
 
     def shape(self, spec: Speculation) -> _Shape:
         """The (cached) `speculation_shape` of `spec`."""
@@ -237,17 +263,17 @@ class BatchPricer:
         if not speculates:
             forward = self._target.forward(batch, tokens, context_sum / batch)
             return StepParts(draft, forward, 0.0, False)
-        verify = self._target.verify(batch, tokens, context_sum / batch) + self._host[1]
-        return StepParts(draft, verify, self._host[2])
+        verify = self._target.verify(batch, tokens, context_sum / batch) + self._host.verify
+        return StepParts(draft, verify, self._host.bookkeeping)
 
     def _level_s(self, source: str, count: int, forwarded: int, context_sum: int) -> float:
         """Seconds of one batched draft level of `source`: `count` requests forwarding
         `forwarded` nodes in all, after `context_sum` cached tokens in all."""
         if source in MODEL_FREE_SOURCES:
-            return count * self.target.hw.drafter_s.get(source, 0.0)
+            return count * self._host.level_s(source)
         if self._drafter is None:
             return 0.0
-        return self._drafter.forward(count, forwarded, context_sum / count) + self._host[0]
+        return self._drafter.forward(count, forwarded, context_sum / count) + self._host.level
 
     def draft_s(self, contexts: Sequence[int], speculations: Sequence[Speculation]) -> float:
         """Seconds drafting `speculations` alone (a subset of a step's requests)."""
