@@ -460,7 +460,8 @@ def simulate(
                                                    "e.g. 1,0.9,0.8.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Per-request metrics "
-                                                "parquet (summary in its metadata).")] = None,
+                                                "parquet (summary in its metadata); the time "
+                                                "series and event log go beside it.")] = None,
 ) -> None:
     """Discrete-event serving simulation: speculation under load, batching, per-step policies."""
     from specscope.simulator.metrics import write_metrics
@@ -487,7 +488,7 @@ def simulate(
         result = run_simulation(
             request, progress=lambda done, total: bar.update(task, completed=done, total=total))
     if output is not None:
-        write_metrics(output, result.requests, result.summary)
+        write_metrics(output, result.requests, result.summary, result.timeseries, result.events)
     if as_json:
         _emit(result.summary, True, None)
     else:

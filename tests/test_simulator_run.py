@@ -170,3 +170,28 @@ def test_replay_serves_the_trace_lengths_and_says_so(tmp_path: Path) -> None:
     longer = run_simulation(SimulateRequest(**common, output_len="100"))
     assert longer.summary["acceptance"] == "mixed"
     assert longer.summary["replayed_steps"] > 0 and longer.summary["sampled_steps"] > 0
+
+
+@pytest.mark.parametrize(("p", "faster"), [(1.0, True), (0.0, False)])
+def test_separate_drafting_pays_off_only_when_its_overlap_holds(tmp_path: Path, p: float,
+                                                                faster: bool) -> None:
+    """A chain whose drafts are always accepted keeps every overlapped drafting: separate
+    placement hides the drafting behind verification. Drafts never accepted break every
+    overlap: the drafting is redone after each step, on top of the overlapped one."""
+    path = tmp_path / "chain.json"
+    path.write_text(Tree.chain(4, SOURCE).to_json())
+    tpot = {}
+    for placement in ("colocated", "separate"):
+        result = run_simulation(SimulateRequest(
+            hw="h100", target="llama-3.1-8b", drafter=DRAFT, policy="static", tree=path,
+            acceptance=(p,), rate=1e-6, requests=3, output_len="200", seed=0,
+            draft_placement=placement))
+        tpot[placement] = result.summary["mean_tpot_ms"]
+    assert (tpot["separate"] < tpot["colocated"]) == faster
+
+
+def test_routers_spread_arrivals_over_replicas(tree_file: Path) -> None:
+    for router in ("round-robin", "least-outstanding"):
+        result = run_simulation(_request(tree_file, replicas=3, router=router))
+        counts = result.requests.group_by("replica").len()["len"]
+        assert counts.len() == 3 and counts.min() >= 15

@@ -54,11 +54,15 @@ _UNIFORMS = 4096
 @dataclass(frozen=True)
 class _Plan:
     """A tree prepared for walking: per node its children as (child, depth, array, offset,
-    value, sequence) for replay, and child by rank for sampling."""
+    value, sequence) for replay, and child by rank for sampling; its depth, each node's depth,
+    and the sequence source of its drafted nodes when they are all of one (else None)."""
 
     tree: Tree
     kids: tuple[tuple[tuple[int, int, np.ndarray | None, int, int, bool], ...], ...]
     by_rank: tuple[dict[int, int], ...]
+    depth: int
+    depths: tuple[int, ...]
+    sequence: str | None
 
 
 class Acceptance:
@@ -124,14 +128,14 @@ class Acceptance:
                 multiplier: float = 1.0) -> Speculation:
         """What the drafter really proposes for `spec` at this step: a chain of one sequence
         source cut to the trace's proposal length (module docstring), else `spec`."""
-        tree = spec.tree
-        if tree.size == 1 or not self._replays(row, pos, remaining, tree.depth, multiplier):
+        if self._dense is None or spec.tree.size == 1:
             return spec
-        source = tree.sources[1]
-        if source not in self._dense.sequence or any(s != source for s in tree.sources[1:]):
+        plan = self._plan(spec.tree)
+        source = plan.sequence
+        if source is None or not self._replays(row, pos, remaining, plan.depth, multiplier):
             return spec
         length = int(self._dense.proposal[source][row, pos])
-        if tree.depth <= length:
+        if plan.depth <= length:
             return spec
         key = (source, length, min(spec.draft_levels, length + 1))
         cut = self._cut.get(key)
@@ -147,7 +151,7 @@ class Acceptance:
         if tree.size == 1:
             return 0
         plan = self._plan(tree)
-        if self._replays(row, pos, remaining, tree.depth, multiplier):
+        if self._replays(row, pos, remaining, plan.depth, multiplier):
             self.replayed += 1
             return self._walk(plan, row, pos)
         self.sampled += 1
@@ -166,7 +170,7 @@ class Acceptance:
             if found:
                 best = found[0]
             level = found
-        return int(plan.tree.depths[best])
+        return plan.depths[best]
 
     def _sample(self, plan: _Plan, multiplier: float) -> int:
         """Accepted depth of one Sequoia walk down the acceptance model."""
@@ -227,7 +231,11 @@ class Acceptance:
             else:
                 test = (v, d, dense.rank[source], d - 1, rank, False)
             kids[u].append(test)
-        return _Plan(tree, tuple(tuple(k) for k in kids), tuple(by_rank))
+        drafted = set(names[1:])
+        sequence = next(iter(drafted)) if len(drafted) == 1 and dense is not None and \
+            drafted <= dense.sequence else None
+        return _Plan(tree, tuple(tuple(k) for k in kids), tuple(by_rank), tree.depth,
+                     tuple(int(d) for d in depths), sequence)
 
     @property
     def origin(self) -> str:

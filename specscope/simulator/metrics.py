@@ -106,8 +106,14 @@ def _number(x: object, scale: float = 1.0) -> float | None:
     return None if x is None else float(x) * scale
 
 
-def write_metrics(path: str | Path, requests: pl.DataFrame, summary: dict[str, Any]) -> Path:
-    """Write the per-request table as parquet atomically, the summary as JSON in its
-    key-value metadata (`summary`)."""
+def write_metrics(path: str | Path, requests: pl.DataFrame, summary: dict[str, Any],
+                  series: pl.DataFrame, events: pl.DataFrame) -> list[Path]:
+    """Write the per-request table to `path` (parquet, the summary as JSON in its key-value
+    metadata under `summary`), the time series and the event log beside it
+    (`<stem>.timeseries.parquet`, `<stem>.events.parquet`), each atomically; the paths."""
+    path = Path(path)
     meta = {"summary": json.dumps(summary)}
-    return write_atomic(path, lambda tmp: requests.write_parquet(tmp, metadata=meta))
+    beside = [(path.with_name(f"{path.stem}.{name}.parquet"), table)
+              for name, table in (("timeseries", series), ("events", events))]
+    out = [write_atomic(p, lambda tmp, t=table: t.write_parquet(tmp)) for p, table in beside]
+    return [write_atomic(path, lambda tmp: requests.write_parquet(tmp, metadata=meta)), *out]
