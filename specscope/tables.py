@@ -124,6 +124,6 @@ def simulate_table(summary: dict[str, Any]) -> Table:
         f"tokens in {summary['makespan_s']:,.2f} s\naccepted drafts/step "
         f"{summary['mean_accepted']:.3f} ({summary['acceptance']}: "
         f"{summary['replayed_steps']:,} replayed, {summary['sampled_steps']:,} sampled) · batch "
-        f"mean {summary['mean_batch']:.1f}, max {summary['max_batch']} · peak KV "
+        f"mean {summary['mean_batch']:.1f}, peak {summary['peak_batch']} · peak KV "
         f"{summary['peak_kv_occupancy']:.1%} of {summary['kv_capacity_bytes'] / 1e9:,.1f} GB")
     return table

@@ -61,7 +61,7 @@ def test_json_is_identical_for_a_seed_and_the_metrics_file_holds_every_request(
     stored = json.loads(pq.read_metadata(tmp_path / "m.parquet").metadata[b"summary"])
     assert stored == summary
     series = pl.read_parquet(tmp_path / "m.timeseries.parquet")
-    assert series["batch"].max() == summary["max_batch"]
+    assert series["batch"].max() == summary["peak_batch"]
     events = pl.read_parquet(tmp_path / "m.events.parquet")
     assert events.filter(pl.col("event") == "finish").height == 30
 

@@ -106,7 +106,7 @@ def test_kv_memory_never_exceeds_the_capacity_and_requests_wait_for_it(
     capacity = result.summary["kv_capacity_bytes"]
     assert result.timeseries["kv_bytes"].max() <= capacity
     assert result.events["kv_bytes"].max() <= capacity
-    assert result.summary["max_batch"] == 3  # 3 of 20 fit; 16 slots would allow more
+    assert result.summary["peak_batch"] == 3  # 3 of 20 fit; 16 slots would allow more
     waited = result.requests["admitted_s"] - result.requests["start_s"]
     assert (waited > 1.0).sum() >= 10
 
@@ -123,7 +123,7 @@ def test_at_vanishing_load_tpot_is_the_closed_form(tmp_path: Path, tree: Tree) -
         hw="h100", target="llama-3.1-8b", drafter=DRAFT, policy="static", tree=path,
         acceptance=tuple(p), rate=1e-6, requests=40, prompt_len=str(prompt),
         output_len=str(output), seed=3))
-    assert result.summary["max_batch"] == 1
+    assert result.summary["peak_batch"] == 1
     profile = load_profile("h100")
     pricing = Pricing(CostModel(profile, get_model("llama-3.1-8b")),
                       CostModel(profile, get_model(DRAFT)), prompt + output // 2)
@@ -151,7 +151,7 @@ def test_a_state_space_target_batches_more_than_a_transformer_at_long_context() 
         result = run_simulation(SimulateRequest(
             hw="h100", target=spec, rate=1000.0, requests=300, max_batch=256,
             prompt_len="16000", output_len="32", token_budget=20000, seed=0))
-        batches[spec.name] = result.summary["max_batch"]
+        batches[spec.name] = result.summary["peak_batch"]
         assert result.summary["peak_kv_occupancy"] <= 1.0
     assert batches["mamba2-2.7b"] == 256
     assert batches["transformer-2.7b"] < 32

@@ -95,7 +95,7 @@ def summarise(requests: pl.DataFrame, series: pl.DataFrame, slo_tpot_ms: float |
     batch = series.get_column("batch")
     out |= {
         "mean_batch": _number(batch.mean()),
-        "max_batch": int(batch.max()) if batch.len() else 0,
+        "peak_batch": int(batch.max()) if batch.len() else 0,
         "peak_kv_bytes": _number(series.get_column("kv_bytes").max()),
         "peak_kv_occupancy": _number(series.get_column("kv_occupancy").max()),
     }

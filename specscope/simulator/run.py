@@ -147,10 +147,11 @@ def run_simulation(req: SimulateRequest,
     series = time_series(events, capacity)
     summary = {
         "hardware": profile.name, "target": spec.name, "runtime": target.runtime.name,
-        "tp": req.tp, "weight_bits": target.weight_bits, "drafter": req.drafter,
+        "tp": req.tp, "weight_bits": target.weight_bits,
+        "drafter": drafter.cost.model.name if drafter.cost else req.drafter,
         "source": drafter.source, "policy": req.policy, "draft_placement": req.draft_placement,
         "workload": req.workload, "rate": req.rate, "arrivals": req.requests,
-        "replicas": req.replicas, "max_batch_limit": req.max_batch, "seed": req.seed,
+        "replicas": req.replicas, "max_batch": req.max_batch, "seed": req.seed,
         **summarise(requests, series, req.slo_tpot_ms),
         "kv_capacity_bytes": capacity,
         "acceptance": acceptance.origin,
