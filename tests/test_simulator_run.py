@@ -195,3 +195,20 @@ def test_routers_spread_arrivals_over_replicas(tree_file: Path) -> None:
         result = run_simulation(_request(tree_file, replicas=3, router=router))
         counts = result.requests.group_by("replica").len()["len"]
         assert counts.len() == 3 and counts.min() >= 15
+
+
+def test_no_step_holds_more_than_max_batch_sequences_and_prompts(tree_file: Path) -> None:
+    result = run_simulation(_request(tree_file, workload="forking", fork_branches=3,
+                                     fork_levels=2, requests=30, chunked_prefill=64))
+    assert result.summary["peak_batch"] == 16
+
+
+def test_no_step_holds_more_tokens_than_the_budget(tree_file: Path) -> None:
+    """16 trees of 7 tokens exceed a budget of 64: each is cut to its first 4 nodes; prompt
+    chunks take what is left."""
+    result = run_simulation(_request(tree_file, token_budget=64, chunked_prefill=32,
+                                     prompt_len="200"))
+    _check_consistent(result)
+    starts = result.events.filter(pl.col("event") == "step_start")
+    assert starts["tokens"].max() <= 64
+    assert (result.requests["tokens"] == result.requests["output_len"]).all()

@@ -4,7 +4,8 @@ step's trees and prompt chunks fit its limits.
 - Router: `round-robin` (arrival g goes to replica g mod K) or `least-outstanding` (the replica
   with the fewest groups queued or unfinished; the lowest index on ties).
 - Admission (continuous batching): groups leave the queue in arrival order while a batch slot is
-  free (sequences running, waiting to run and groups prefilling stay under `max_batch`), their
+  free (sequences running, waiting to run and groups prefilling stay under `max_batch`; a step
+  holds at most `max_batch` sequences and prompts being prefilled together), their
   peak KV fits (`KVSpace`), and, without chunked prefill, the prompts admitted together fit the
   step's token budget. A group that does not fit blocks those behind it (first come, first
   served).

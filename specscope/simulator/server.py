@@ -89,7 +89,7 @@ class Replica:
                 for r in group.first:
                     r.admitted_s = self.env.now
                 self.prefilling.append(group)
-            while self.ready and len(self.running) < self.max_batch:
+            while self.ready and len(self.running) + len(self.prefilling) < self.max_batch:
                 self.running.append(self.ready.popleft())
             if not self.running and not self.prefilling:
                 self._wake = self.env.event()
