@@ -157,10 +157,15 @@ def _dp_trees(
     """
     capacity = total - len(requests)
     cap = _depth_cap(len(requests), total, max_depth)
-    solved = [
-        [(src, SequoiaDP(table, capacity + 1, cap)) for src, table in tables.items()]
-        for tables in requests
-    ]
+    dps: dict[tuple[tuple[int, ...], bytes], SequoiaDP] = {}  # one DP per distinct table
+
+    def dp_of(table: np.ndarray) -> SequoiaDP:
+        key = (table.shape, table.tobytes())
+        if key not in dps:
+            dps[key] = SequoiaDP(table, capacity + 1, cap)
+        return dps[key]
+
+    solved = [[(src, dp_of(table)) for src, table in tables.items()] for tables in requests]
     flat = [dp for parts in solved for _, dp in parts]
     columns = [dp.table[1:, dp.depth] - 1.0 for dp in flat]
     units = iter(_allocate(columns, capacity))
