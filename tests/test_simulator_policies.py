@@ -241,7 +241,7 @@ def test_smartspec_tracks_observed_acceptance_online() -> None:
     assert policy.plan(view(s, slots, pricer))[0].tree.depth > 0
 
 
-def test_tracker_drops_toward_low_observed_acceptance_and_ignores_non_speculating_steps() -> None:
+def test_tracker_follows_observations_and_returns_to_the_model_without_them() -> None:
     tracker = AcceptanceTracker(AcceptanceModel.from_vector([0.6, 0.2]), weight=0.2)
     tree = Tree.from_rank_paths([(0,), (1,), (0, 0)])
     tracker.observe(7, Tree.root(), 0)
@@ -250,6 +250,9 @@ def test_tracker_drops_toward_low_observed_acceptance_and_ignores_non_speculatin
         tracker.observe(7, tree, 0)
     # one trial per step, expected 0.6 + 0.2 accepted: the ratio falls toward 0
     assert tracker.ratio(7) < 0.01
+    for _ in range(30):
+        tracker.observe(7, Tree.root(), 0)  # drafting nothing pulls it back to the model
+    assert tracker.ratio(7) > 0.99
     for _ in range(60):
         tracker.observe(7, tree, 2)
     assert tracker.ratio(7) == pytest.approx(1 / 0.8)  # capped: a scaled row sums to 1

@@ -14,8 +14,12 @@ the model expects depth d accepted, once reached, with probability F[d] / F[d �
 summed score of the tree's depth-d nodes). For a chain this is the exact conditional, so under
 the model E[numerator] = E[denominator] and r stays near 1; for a tree it averages over the
 nodes of a depth (it does not know which node was accepted), an approximation. Both sums start
-at 1 (one prior trial that matched the model) and decay by (1 − weight) per observed step. r is
-capped where a scaled row of the table would sum past 1.
+at 1 (one prior trial that matched the model) and decay by (1 − weight) per step. A step that
+drafted nothing observes nothing, and counts as that prior trial instead: without it, a request
+whose estimate dipped by chance below what pays for speculation would stop speculating and
+never observe again (measured: at batch 1 that froze SmartSpec at no speculation in about half
+the steps, 8.09 ms TPOT against 7.65 ms with the prior's pull). r is capped where a scaled row
+of the table would sum past 1.
 """
 
 from __future__ import annotations
@@ -65,13 +69,15 @@ class AcceptanceTracker:
         return min(accepted / expected, self.max_ratio) if expected > 0 else self.max_ratio
 
     def observe(self, request_id: int, tree: Tree, accepted: int) -> None:
-        """Fold in one step of this request: `accepted` drafts of `tree` (no drafts: nothing)."""
+        """Fold in one step of this request: `accepted` drafts of `tree` (no drafts: one trial
+        that matched the model, the prior's pull)."""
         if tree.depth == 0:
-            return
-        f = self.masses(tree)
-        reached = min(accepted + 1, tree.depth)
-        expected = float(np.sum(np.divide(f[1 : reached + 1], f[:reached],
-                                          out=np.zeros(reached), where=f[:reached] > 0)))
+            accepted, expected = 1, 1.0
+        else:
+            f = self.masses(tree)
+            reached = min(accepted + 1, tree.depth)
+            expected = float(np.sum(np.divide(f[1 : reached + 1], f[:reached],
+                                              out=np.zeros(reached), where=f[:reached] > 0)))
         old_accepted, old_expected = self._sums.get(request_id, (1.0, 1.0))
         w = self.weight
         self._sums[request_id] = (
