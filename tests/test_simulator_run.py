@@ -16,6 +16,7 @@ from specscope.hw_profiles import CostModel, load_profile
 from specscope.models import ModelSpec, get_model, param_count
 from specscope.optimizers.scoring import Pricing
 from specscope.simulator.analytic import chain_tokens, tpot_s
+from specscope.simulator.policies import POLICIES
 from specscope.simulator.run import SimulateRequest, SimulationResult, run_simulation
 from specscope.trace import synth_trace
 from specscope.tree import Tree
@@ -212,3 +213,17 @@ def test_no_step_holds_more_tokens_than_the_budget(tree_file: Path) -> None:
     starts = result.events.filter(pl.col("event") == "step_start")
     assert starts["tokens"].max() <= 64
     assert (result.requests["tokens"] == result.requests["output_len"]).all()
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_registered_policy_runs_through_the_server(tmp_path: Path, policy: str) -> None:
+    """Each policy of the registry, on a replayed trace, keeps conservation and order."""
+    trace = synth_trace(6, seed=2, sources=("draft:llama-68m",), length=48)
+    path = tmp_path / "tree.json"
+    path.write_text(Tree.chain(3, "draft:llama-68m").to_json())
+    result = run_simulation(SimulateRequest(
+        hw="h100", target="llama-2-7b", trace=trace, policy=policy, tree=path, budget=8,
+        rate=50.0, requests=12, max_batch=4, seed=0))
+    _check_consistent(result)
+    assert (result.requests["tokens"] == result.requests["output_len"]).all()
+    assert result.summary["acceptance"] == ("none" if policy == "none" else "replay")
