@@ -13,13 +13,19 @@ where a step that accepted a drafts of a tree of depth D tried the depths 1..min
 the model expects depth d accepted, once reached, with probability F[d] / F[d − 1] (F[d] the
 summed score of the tree's depth-d nodes). For a chain this is the exact conditional, so under
 the model E[numerator] = E[denominator] and r stays near 1; for a tree it averages over the
-nodes of a depth (it does not know which node was accepted), an approximation. Both sums start
-at 1 (one prior trial that matched the model) and decay by (1 − weight) per step. A step that
-drafted nothing observes nothing, and counts as that prior trial instead: without it, a request
-whose estimate dipped by chance below what pays for speculation would stop speculating and
-never observe again (measured: at batch 1 that froze SmartSpec at no speculation in about half
-the steps, 8.09 ms TPOT against 7.65 ms with the prior's pull). r is capped where a scaled row
-of the table would sum past 1.
+nodes of a depth (it does not know which node was accepted), an approximation. r is capped
+where a scaled row of the table would sum past 1.
+
+Two levels. The same ratio pooled over every request's observations (weight `POOLED_EMA` each,
+starting at the model's 1) is where a new request starts, and where a request that drafted
+nothing in a step is pulled (as if that step had observed the pooled ratio; weight `weight`).
+Without that pull a request whose estimate dipped by chance below what pays for speculation
+would stop speculating and never observe again: at batch 1 that froze SmartSpec at no
+speculation in about half the steps (h100, llama-3.1-8b, llama-3.2-1b draft of top-1
+acceptance 0.54: 8.09 ms TPOT against 7.64 ms). The pooled ratio itself is pulled back to the
+model by steps that drafted nothing, a hundred times more weakly (`IDLE_PULL`), so that it
+cannot freeze either; where speculation really does not pay (acceptance drifted to 0.4 times
+the model's) that exploration costs SmartSpec 1% of throughput at saturation.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ from specscope.tree import Tree
 
 DEFAULT_EMA = 0.1
 """Weight of the newest step in the tracked acceptance (about a 10-step memory)."""
+POOLED_EMA = 0.01
+"""Weight of each observation in the ratio pooled over all requests (about 100 observations)."""
+IDLE_PULL = 0.01
+"""Fraction of `POOLED_EMA` with which a step that drafted nothing pulls the pooled ratio back
+to the model."""
 
 
 def truncated(tree: Tree, depth: int) -> Tree:
@@ -52,6 +63,7 @@ class AcceptanceTracker:
         widest = float(self.table.sum(axis=1).max())
         self.max_ratio = np.inf if widest == 0 else 1.0 / widest
         self.weight = weight
+        self._pooled = (1.0, 1.0)
         self._sums: dict[int, tuple[float, float]] = {}
         self._masses: dict[Tree, np.ndarray] = {}
 
@@ -63,24 +75,36 @@ class AcceptanceTracker:
             self._masses[tree] = found
         return found
 
-    def ratio(self, request_id: int) -> float:
-        """r of this request: 1 until it has been observed."""
-        accepted, expected = self._sums.get(request_id, (1.0, 1.0))
+    def _capped(self, sums: tuple[float, float]) -> float:
+        accepted, expected = sums
         return min(accepted / expected, self.max_ratio) if expected > 0 else self.max_ratio
 
+    @property
+    def pooled(self) -> float:
+        """The ratio pooled over every request's observations (1 before any)."""
+        return self._capped(self._pooled)
+
+    def ratio(self, request_id: int) -> float:
+        """r of this request (the pooled ratio until it has been observed)."""
+        sums = self._sums.get(request_id)
+        return self.pooled if sums is None else self._capped(sums)
+
     def observe(self, request_id: int, tree: Tree, accepted: int) -> None:
-        """Fold in one step of this request: `accepted` drafts of `tree` (no drafts: one trial
-        that matched the model, the prior's pull)."""
+        """Fold in one step of this request: `accepted` drafts of `tree`; a step that drafted
+        nothing pulls the request toward the pooled ratio instead."""
+        prior = (self.pooled, 1.0)
+        old = self._sums.get(request_id, prior)
         if tree.depth == 0:
-            accepted, expected = 1, 1.0
+            observed = prior
+            self._pooled = _ema(self._pooled, (1.0, 1.0), POOLED_EMA * IDLE_PULL)
         else:
             f = self.masses(tree)
             reached = min(accepted + 1, tree.depth)
-            expected = float(np.sum(np.divide(f[1 : reached + 1], f[:reached],
-                                              out=np.zeros(reached), where=f[:reached] > 0)))
-        old_accepted, old_expected = self._sums.get(request_id, (1.0, 1.0))
-        w = self.weight
-        self._sums[request_id] = (
-            (1 - w) * old_accepted + w * accepted,
-            (1 - w) * old_expected + w * expected,
-        )
+            observed = (float(accepted), float(np.sum(np.divide(
+                f[1 : reached + 1], f[:reached], out=np.zeros(reached), where=f[:reached] > 0))))
+            self._pooled = _ema(self._pooled, observed, POOLED_EMA)
+        self._sums[request_id] = _ema(old, observed, self.weight)
+
+
+def _ema(old: tuple[float, float], new: tuple[float, float], w: float) -> tuple[float, float]:
+    return (1 - w) * old[0] + w * new[0], (1 - w) * old[1] + w * new[1]

@@ -30,7 +30,16 @@ of the depth cap alone and is built once per cap.
 
 Cost: `draft_levels` is the build's number of draft forwards: the tree's depth, or one more when
 the last forwarded level only showed that nothing deeper makes the cut (the executor pays that
-forward too).
+forward too). DySpec's greedy does not weigh the draft's cost: with a 16-token budget and depth
+cap 8 its trees reach depth 5 and 97% of steps pay the extra forward (h100, llama-3.1-8b,
+llama-3.2-1b draft: 8.6 ms TPOT at batch 1 against 6.7 ms with depth cap 4).
+
+Measured effects (synthetic trace, top-1 acceptance 0.54, 60 requests × 256 positions, replayed
+one request at a time): calibration adds 0.5–1.8% tokens per step over raw draft probabilities
+(budgets 8–32); the off-path scores are the approximation that matters: scaling them by 0.5 or
+2 moves tokens per step by +8% or −22% at budget 8 (+11% / −23% at 16), and an oracle that
+never expands off path (scores 0) would gain 17–39%. The simulated dyspec is therefore as good
+as its off-path assumption; `validate` against the executor measures the real one.
 """
 
 from __future__ import annotations

@@ -19,7 +19,12 @@ tolerates.
 Online acceptance (the paper tracks each request's acceptance by a moving average of what it
 observed): `observe` folds each step's accepted drafts into the request's ratio r_i to the
 acceptance model (`common.AcceptanceTracker`, weight `options["ema"]`, default 0.1), which
-starts at 1, the model's own prediction.
+starts from the ratio pooled over all requests (the model's 1 before any observation).
+Measured (h100, llama-3.1-8b, llama-3.2-1b draft of top-1 acceptance 0.54, budget 16): where
+the model is right (synthetic requests drawn alike) tracking only adds noise, TPOT 7.64 ms at
+batch 1 against 7.55 ms with the model alone; where acceptance drifted to 0.4 × the model's it
+gives 8.84 ms against 9.48 ms at batch 1 (autoregressive: 8.80 ms) and 5,032 tokens/s against
+4,376 at batch 64 (autoregressive: 5,116); at 1.6 × it gives 6.86 ms against 7.02 ms.
 
 The speculated shape is a chain of up to min(max_depth, budget − 1) drafts, as in the paper;
 given a `--tree` (`PolicySetup.tree`), the shape is that tree and length k keeps its nodes down
