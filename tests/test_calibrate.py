@@ -59,6 +59,9 @@ def test_tiny_run_writes_a_profile_that_load_profile_finds_and_cost_model_prices
     assert set(hw.drafter_s) == {"ngram", "suffix", "recycle", "goose"}
     assert all(0 < s < 0.1 for s in hw.drafter_s.values())
     assert 0 < hw.speculation_step_s < 0.1 and 0 <= hw.draft_level_host_s < 0.1
+    # the sampled rule works on probabilities: it costs more host time than the greedy one
+    assert hw.sampled_verify_host_s > hw.verify_host_s > 0
+    assert 0 <= hw.draft_cold_s < 0.01 and 0 <= hw.verify_cold_s < 0.01
     # every step and prompt measured is a [[measured]] table of the eager runtime
     contexts = {(m.model, m.context) for m in hw.measured}
     assert contexts == {(m, c) for m in TINY.models for c in (0, *TINY.contexts)}

@@ -50,3 +50,27 @@ def test_hardware_aware_choice_prefers_small_trees_on_the_edge_cpu() -> None:
         result = compare(setup_for(1, 0.7, hw), ["sequoia"], budgets=[4, 8, 16, 32, 64])
         chosen[hw] = result.scores[0].tree.size
     assert chosen["cpu-2core"] < chosen["h100"]
+
+
+def test_pricing_adds_the_loop_slowdowns_and_the_sampled_rule_where_they_are_paid() -> None:
+    import dataclasses
+
+    base = load_profile("cpu-2core")
+    hw = dataclasses.replace(base, draft_cold_s=1e-3, verify_cold_s=2e-3,
+                             sampled_verify_host_s=base.verify_host_s + 4e-3)
+
+    def pricing(profile: object, draft: bool, temperature: float = 0.0) -> Pricing:
+        return Pricing(CostModel(profile, get_model("tiny-code")),
+                       CostModel(profile, get_model("tiny-code-draft")) if draft else None, 128,
+                       temperature=temperature)
+
+    for draft in (True, False):
+        plain, slow = pricing(base, draft), pricing(hw, draft)
+        cold = 1e-3 if draft else 0.0
+        assert slow.level_s("draft:x", 3) - plain.level_s("draft:x", 3) == pytest.approx(cold)
+        assert slow.level_s("ngram") == plain.level_s("ngram")  # a model-free call
+        assert slow.verify_s(5, 4) - plain.verify_s(5, 4) == pytest.approx(2 * cold)
+        hot = pricing(hw, draft, temperature=0.7)
+        assert hot.verify_s(5, 4) - slow.verify_s(5, 4) == pytest.approx(4e-3)
+    calls = pricing(hw, True).calls_s("draft:x", [1, 4, 6])
+    assert calls == pytest.approx(sum(pricing(hw, True).level_s("draft:x", f) for f in (1, 4, 6)))

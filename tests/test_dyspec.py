@@ -268,6 +268,16 @@ def test_policy_on_live_probabilities_is_the_heap_with_one_forward_per_level(
         {d} for d in range(len(recorder.calls))
     ]
     assert drafted.forwards == len(recorder.calls) <= drafted.tree.depth + 1
+    # each forward runs the expanded nodes, their ancestors and the root
+    parent_of = {n.id: n.parent for call in recorder.calls for n in call}
+    for call, forwarded in zip(recorder.calls, drafted.forwarded, strict=True):
+        above = {0}
+        for n in call:
+            v = n.id
+            while v > 0:
+                above.add(v)
+                v = parent_of[v]
+        assert forwarded == len(above)
     # tokens and scores belong to their nodes
     tree = drafted.tree
     for v in range(1, tree.size):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specscope.cli import main
-from specscope.validate.compare import Sizes, ValidateRequest, run_validate
+from specscope.validate.compare import Sizes, ValidateRequest, contenders, run_validate
 from specscope.validate.grid import QUICK, Config, config_grid
 from specscope.validate.report import PARQUET_NAME, Validation, write_table
 
@@ -25,7 +25,20 @@ CONFIGS = (
 def small() -> Validation:
     """A small run: tiny-code and its draft model, 3 + 3 prompts, 16 new tokens, 3 configs."""
     return run_validate(ValidateRequest(hw="cpu-2core", model="tiny-code", device="cpu",
-                                        configs=CONFIGS, sizes=Sizes(3, 16, 1)))
+                                        configs=CONFIGS, sizes=Sizes(3, 16, 1, recheck=1)))
+
+
+def test_contenders_are_the_recommendation_and_the_measured_fastest() -> None:
+    from types import SimpleNamespace as NS
+
+    grid = config_grid(quick=True)
+    # predicted tokens/s rises along the grid; measured tokens/s falls along it
+    predictions = {c: NS(tokens_per_step=2.0, step_s=1.0 / (i + 1)) for i, c in enumerate(grid)}
+    best = {c: NS(tokens=100, decode_s=1.0 + i) for i, c in enumerate(grid)}
+    assert contenders(grid, predictions, best, 4) == [grid[-1], *grid[:3]]
+    # the recommendation among the fastest is not timed twice
+    best[grid[-1]] = NS(tokens=100, decode_s=0.5)
+    assert contenders(grid, predictions, best, 4) == [grid[-1], *grid[:3]]
 
 
 def _finite(x: object) -> bool:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -43,6 +43,8 @@ from specscope.executor.runtime import RUNTIMES, Runtime
 from specscope.hw_profiles.cost import CostModel
 from specscope.hw_profiles.fit import least_squares_fit
 from specscope.hw_profiles.measure import (
+    SAMPLED_TEMPERATURE,
+    LoopCosts,
     Point,
     copy_rate,
     matmul_rate,
@@ -218,10 +220,8 @@ class Measurements:
     copy_gbps: float
     memory_gb: float
     points: list[Point] = field(default_factory=list)
-    drafter_s: dict[str, float] = field(default_factory=dict)
-    speculation_step_s: float | None = None
-    draft_level_s: float | None = None
-    verify_host_s: float | None = None
+    loop: LoopCosts | None = None
+    """The decode loop's host costs (`measure_loop`), where it could run."""
     notes: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
 
@@ -284,8 +284,18 @@ def base_profile(name: str, m: Measurements, runtimes: Sequence[str]) -> Hardwar
         peak_flops={"bf16": m.tflops * 1e12, "int8": 0.0, "fp8": 0.0},
         bandwidth=m.copy_gbps * 1e9, memory_bytes=m.memory_gb * 1e9, measured=(),
         sources=(f"measured on this machine by specscope profile-hw ({m.provenance['date']})",),
-        drafter_s=dict(m.drafter_s), speculation_step_s=m.speculation_step_s or 0.0,
-        draft_level_host_s=m.draft_level_s or 0.0, verify_host_s=m.verify_host_s or 0.0)
+        **_loop_fields(m.loop))
+
+
+def _loop_fields(loop: LoopCosts | None) -> dict[str, Any]:
+    """The profile's host-cost fields from the loop measurements (none: the prior's)."""
+    if loop is None:
+        return {}
+    return dict(drafter_s=dict(loop.drafter_s), speculation_step_s=loop.step_s,
+                draft_level_host_s=loop.draft_level_s, verify_host_s=loop.verify_host_s,
+                sampled_verify_host_s=loop.sampled_verify_host_s, draft_cold_s=loop.draft_cold_s,
+                verify_cold_s=loop.verify_cold_s)
+
 
 
 def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], command: str,
@@ -353,21 +363,25 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
     for name in fits:
         lines.append(runtime_toml(dataclasses.replace(
             hw.runtimes[name], origin=f"fitted by profile-hw on {date}")))
-    if m.drafter_s:
+    if m.loop is not None:
+        loop = m.loop
         lines += ["[drafters]    # host µs per drafted level (one propose call), in the loop"]
-        lines += [f"{k}_us = {v * 1e6:.4g}" for k, v in m.drafter_s.items()]
-        lines.append("")
-    if m.speculation_step_s is not None or m.draft_level_s is not None:
-        lines.append("[speculation]")
-        if m.speculation_step_s is not None:
-            lines.append(f"step_us = {m.speculation_step_s * 1e6:.4g}    # bookkeeping per step")
-        if m.draft_level_s is not None:
-            lines.append(f"level_us = {m.draft_level_s * 1e6:.4g}    # per draft-model level "
-                         "beyond its forward")
-        if m.verify_host_s is not None:
-            lines.append(f"verify_us = {m.verify_host_s * 1e6:.4g}    # per verification "
-                         "beyond the target's forward")
-        lines.append("")
+        lines += [f"{k}_us = {v * 1e6:.4g}" for k, v in loop.drafter_s.items()]
+        lines += [
+            "", "[speculation]    # µs, measured in the decode loop",
+            f"step_us = {loop.step_s * 1e6:.4g}    # bookkeeping per step",
+            f"level_us = {loop.draft_level_s * 1e6:.4g}    # per draft-model level beyond its "
+            "forward",
+            f"verify_us = {loop.verify_host_s * 1e6:.4g}    # per verification beyond the "
+            "target's forward",
+            f"sampled_verify_us = {loop.sampled_verify_host_s * 1e6:.4g}    # the same at "
+            f"temperature {SAMPLED_TEMPERATURE}",
+            f"cold_level_us = {loop.draft_cold_s * 1e6:.4g}    # a draft forward in the loop "
+            "over the same forward alone",
+            f"cold_verify_us = {loop.verify_cold_s * 1e6:.4g}    # the target's forward in a "
+            "loop with a draft model over the same forward alone",
+            "",
+        ]
     for fit in fits.values():
         lines += [f"[fit.{fit.runtime}]", f"points = {fit.points}", f"held_out = {fit.held_out}",
                   f"heldout_median_rel_err = {fit.heldout_median_rel_err:.4f}",
@@ -468,11 +482,8 @@ def host_costs(m: Measurements, base: Runtime, draft: ModelSpec, grid: Grid) -> 
     `m` (`measure_loop`), or a note where the executor's loop cannot be imported here (no polars
     on the image)."""
     try:
-        loop = measure_loop(draft, base, prompt_tokens(), grid.draft_levels)
+        m.loop = measure_loop(draft, base, prompt_tokens(), grid.draft_levels)
     except ImportError as exc:
         m.notes.append(f"drafter and bookkeeping costs not measured: {exc}")
-        return
-    m.drafter_s, m.speculation_step_s = loop.drafter_s, loop.step_s
-    m.draft_level_s, m.verify_host_s = loop.draft_level_s, loop.verify_host_s
 
 

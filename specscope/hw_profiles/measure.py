@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specscope.executor.runtime import Runtime
-from specscope.executor.targets import CachedModel, HybridModel, Model, SSMModel
+from specscope.executor.targets import CachedModel, HybridModel, Model, SSMModel, load_model
 from specscope.hw_profiles.profile import DRAFTERS
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Hybrid, Mamba2, Transformer
@@ -39,6 +39,8 @@ BOOKKEEPING_TARGET = "tiny-code"
 """The target of the loop runs that measure drafting and bookkeeping (`measure_loop`)."""
 LOOP_TOKENS = 32
 """New tokens per loop run."""
+SAMPLED_TEMPERATURE = 0.7
+"""Temperature of the loop runs that measure sampled verification's host cost."""
 WARMUP_FIRST = 20
 """Warm-up calls of a context's first shape (a model's first calls run slower for ~20 calls)."""
 
@@ -213,8 +215,16 @@ class LoopCosts:
     verify_host_s: float
     """Per verification: the verification phase beyond the target's forward (the step's
     tensors, the rule over the logits)."""
+    sampled_verify_host_s: float
+    """`verify_host_s` at `SAMPLED_TEMPERATURE` (the deterministic-drafter rule on
+    probabilities)."""
     step_s: float
     """Per step: the bookkeeping phase (commit, drafter updates)."""
+    draft_cold_s: float
+    """Per draft forward: its time in the loop over the same forward repeated alone."""
+    verify_cold_s: float
+    """Per verification in a loop with a draft model: the target's forward there over the same
+    forward repeated alone."""
 
 
 class _Timed:
@@ -241,49 +251,84 @@ class _Timed:
     def __exit__(self, *exc: object) -> None:
         del self.model.verify  # the instance attribute shadowed the method
 
+    def by_size(self) -> dict[int, float]:
+        """Median seconds of the recorded calls, per tree size."""
+        out: dict[int, list[float]] = {}
+        for n, s in zip(self.sizes, self.seconds, strict=True):
+            out.setdefault(n, []).append(s)
+        return {n: statistics.median(v) for n, v in out.items()}
+
 
 def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: int,
                  runs: int = 3) -> LoopCosts:
     """The loop's host costs measured inside `decode_speculative` (the zoo's tiny-code target,
-    eager, greedy), where they are paid: after every target verification the drafter's code and
-    data are cold, so timing a drafter alone under-prices it (≈ 3× for n-gram on a 2-core CPU).
+    eager), where they are paid: after every target verification the drafter's code and data
+    are cold, so timing a drafter alone under-prices it (≈ 3× for n-gram on a 2-core CPU).
 
-    Model-free drafters draft chains of `levels`; their drafting phase (`PhaseTimes.draft_s`)
-    is divided by their propose calls (wider levels cost more per call: a binary tree's calls
-    measured ≈ 2× a chain's for n-gram, which this leaves out). The draft model (`draft`,
-    random weights, under `runtime`) drafts a chain of `levels`; its drafting phase less its
-    forwards, timed in the same run, per forward. The verification phase less the target's
-    forwards, timed in the same run, per step. Subtracting what ran in the same run, not a
-    model's price, keeps a shared machine's drift out of the difference; the forwards' own
-    slowdown inside the loop (cold caches) stays with the cost model, where `validate` shows
-    it. Each quantity is the fastest of `runs`; bookkeeping is the median per step."""
+    Model-free drafters draft chains of `levels`, greedy; their drafting phase
+    (`PhaseTimes.draft_s`) is divided by their propose calls (wider levels cost more per call:
+    a binary tree's calls measured ≈ 2× a chain's for n-gram, which this leaves out). The draft
+    model (`draft`, random weights, under `runtime`) drafts a chain of `levels`; its drafting
+    phase less its forwards, timed in the same run, per forward. The verification phase less
+    the target's forwards, timed in the same run, per step, greedy and (n-gram, the
+    deterministic rule) at `SAMPLED_TEMPERATURE`. Subtracting what ran in the same run, not a
+    model's price, keeps a shared machine's drift out of the difference. For the same reason the
+    forwards' slowdown inside the draft-model loop (on a CPU the draft and the target evict each
+    other's weights from cache) is paired: right after each run the same forwards are timed
+    alone, and the run's figure is the median over sizes of in-loop less alone; the slowdown is
+    the median over runs. The other quantities are the fastest of `runs`; bookkeeping is the
+    median per step."""
     from specscope.executor.drafters import make_drafter
     from specscope.executor.loop import PhaseTimes, decode_speculative
     from specscope.executor.methods import static_method
-    from specscope.executor.targets import load_model
 
     target = load_model(BOOKKEEPING_TARGET, runtime=dataclasses.replace(runtime, kind="eager"))[0]
     model = build(draft, runtime, len(prompt) + 2 * LOOP_TOKENS + levels + 1)
     method = static_method("chain", Tree.chain(levels), "profile-hw")
     drafter_s: dict[str, float] = {}
-    levels_s, verify_s, bookkeeping = [], [], []
-    for kind in (*DRAFTERS, "draft"):
+    levels_s, verify_s, sampled_s, bookkeeping = [], [], [], []
+    cold: dict[str, list[float]] = {"draft": [], "target": []}
+    context = prompt + [0] * (LOOP_TOKENS // 2)
+    plan = [(kind, 0.0) for kind in (*DRAFTERS, "draft")] + [("ngram", SAMPLED_TEMPERATURE)]
+    for kind, temperature in plan:
         for _ in range(runs):
-            drafter = make_drafter(kind, target.vocab_size, model)
+            drafter = make_drafter(kind, target.vocab_size, model, None, temperature)
             proposals: list[int] = []
             propose = drafter.propose
             drafter.propose = (lambda nodes, k, f=propose, calls=proposals:
                                (calls.append(1), f(nodes, k))[1])
             times = PhaseTimes()
+            rule = "greedy" if temperature == 0 else "deterministic"
             with _Timed(target) as verified, _Timed(model) as drafted:
-                steps = len(decode_speculative(target, drafter, method, prompt, LOOP_TOKENS,
-                                               times=times).tree_sizes)
+                steps = len(decode_speculative(target, drafter, method, prompt, LOOP_TOKENS, rule,
+                                               temperature, times=times).tree_sizes)
+            host = (times.verify_s - sum(verified.seconds)) / steps
+            if temperature > 0:
+                sampled_s.append(host)
+                continue
             bookkeeping.append(times.bookkeeping_s / steps)
-            verify_s.append((times.verify_s - sum(verified.seconds)) / steps)
+            verify_s.append(host)
             if kind == "draft":
                 levels_s.append((times.draft_s - sum(drafted.seconds)) / len(drafted.seconds))
+                cold["draft"].append(_slowdown(model, drafted.by_size(), context, runtime))
+                cold["target"].append(_slowdown(target, verified.by_size(), context, runtime))
             else:
                 drafter_s[kind] = min(drafter_s.get(kind, float("inf")),
                                       times.draft_s / len(proposals))
     return LoopCosts(drafter_s, max(0.0, min(levels_s)), max(0.0, min(verify_s)),
-                     statistics.median(bookkeeping))
+                     max(0.0, min(sampled_s)), statistics.median(bookkeeping),
+                     max(0.0, statistics.median(cold["draft"])),
+                     max(0.0, statistics.median(cold["target"])))
+
+
+def _slowdown(model: Model, in_loop: dict[int, float], context: list[int], runtime: Runtime
+              ) -> float:
+    """Median over sizes of `in_loop[n]` (seconds) less the same chain forward of `model`
+    repeated alone after `context`."""
+    extra = []
+    for n, seconds in in_loop.items():
+        model.prefill(torch.tensor(context), len(context) + n + 1)
+        tokens, chain = torch.arange(n), Tree.chain(n - 1)
+        alone = timer(runtime, lambda t=tokens, c=chain: model.verify(t, c), 7) * 1e-3
+        extra.append(seconds - alone)
+    return statistics.median(extra)

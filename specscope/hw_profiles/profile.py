@@ -64,7 +64,11 @@ class HardwareProfile:
     drafter_s: host seconds of each model-free drafter per drafted level (one propose call, as
     the decode loop pays it); speculation_step_s and
     draft_level_host_s: host seconds of a speculative step's bookkeeping and of each draft-model
-    level beyond its forward (both measured by profile-hw; 0 when not measured).
+    level beyond its forward; draft_cold_s and verify_cold_s: the extra seconds a draft forward
+    and the target's verification take inside a loop that alternates the two models over the
+    same forward repeated alone (on a CPU each evicts the other's weights from cache; ≈ 0 on a
+    GPU); sampled_verify_host_s: verify_host_s at temperature > 0, where the rule works on
+    probabilities (all measured by profile-hw in the decode loop; 0 when not measured).
     """
 
     name: str
@@ -90,6 +94,16 @@ class HardwareProfile:
     draft_level_host_s: float = 0.0
     verify_host_s: float = 0.0
     """Host seconds per verification beyond the target's forward (tensors, the rule)."""
+    sampled_verify_host_s: float = 0.0
+    draft_cold_s: float = 0.0
+    verify_cold_s: float = 0.0
+
+    def verify_host(self, temperature: float) -> float:
+        """Host seconds per verification at `temperature` (the greedy figure where the profile
+        has no sampled one)."""
+        if temperature > 0 and self.sampled_verify_host_s:
+            return self.sampled_verify_host_s
+        return self.verify_host_s
 
     def runtime(self, name: str | None = None) -> RuntimeParams:
         """The parameters of runtime `name` (default: the profile's default runtime)."""
@@ -243,6 +257,9 @@ def load_profile(name: str | Path) -> HardwareProfile:
         speculation_step_s=_optional(data, "speculation", "step_us", path) * 1e-6,
         draft_level_host_s=_optional(data, "speculation", "level_us", path) * 1e-6,
         verify_host_s=_optional(data, "speculation", "verify_us", path) * 1e-6,
+        sampled_verify_host_s=_optional(data, "speculation", "sampled_verify_us", path) * 1e-6,
+        draft_cold_s=_optional(data, "speculation", "cold_level_us", path) * 1e-6,
+        verify_cold_s=_optional(data, "speculation", "cold_verify_us", path) * 1e-6,
     )
 
 

@@ -5,16 +5,19 @@ loop's bookkeeping: step = Σ_levels t_level + t_verify(n) + t_step. A draft-mod
 draft forward of a single token at the context length (draft levels of a small model at batch 1
 are memory-bound, so a level of width w costs about the same; the executor measures the
 difference; a tree's level forwards the nodes above it) plus the host's per-level work (tree
-build, top-k: the profile's `draft_level_host_s`); a model-free drafter's level (n-gram, suffix,
+build, top-k: the profile's `draft_level_host_s`) and the forward's slowdown in a loop that
+alternates it with the target's (`draft_cold_s`); a model-free drafter's level (n-gram, suffix,
 recycling) is one proposal call, `drafter_s[source]` on the profile; t_step is the profile's
-`speculation_step_s` (commit, drafter updates); verification adds the profile's
-`verify_host_s` (the step's tensors, the rule) to the target's forward. Host costs a profile
-has not measured count 0. Speedup compares tokens/s with autoregressive decoding (one target
-forward per token) on the same hardware and context.
+`speculation_step_s` (commit, drafter updates); verification adds the profile's host work (the
+step's tensors, the rule: `verify_host_s`, or `sampled_verify_host_s` at temperature > 0) to
+the target's forward, and `verify_cold_s` when a draft model ran before it. Host costs a
+profile has not measured count 0. Speedup compares tokens/s with autoregressive decoding (one
+target forward per token) on the same hardware and context.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -36,6 +39,7 @@ class Pricing:
     context_len: int
     batch: int = 1
     ssm_verify: str = "stree"
+    temperature: float = 0.0
 
     @cached_property
     def draft_level_s(self) -> float:
@@ -54,7 +58,12 @@ class Pricing:
         if self.drafter is None:
             return 0.0
         forward = self.drafter.forward_time(self.batch, forwarded, self.context_len)
-        return float(forward) + hw.draft_level_host_s
+        return float(forward) + hw.draft_level_host_s + hw.draft_cold_s
+
+    def calls_s(self, source: str, forwarded: Sequence[int]) -> float:
+        """Seconds of a dynamic builder's propose calls, each forwarding `forwarded[i]` nodes
+        (`DraftedTree.forwarded`)."""
+        return sum(self.level_s(source, f) for f in forwarded)
 
     @property
     def bookkeeping_s(self) -> float:
@@ -66,15 +75,22 @@ class Pricing:
         """Seconds per token of plain autoregressive decoding."""
         return float(self.target.forward_time(self.batch, 1, self.context_len))
 
+    @cached_property
+    def verify_extra_s(self) -> float:
+        """Seconds a verification pays beyond the target's forward: the host's work at this
+        temperature, and the forward's slowdown after a draft model ran."""
+        hw = self.target.hw
+        return hw.verify_host(self.temperature) + (hw.verify_cold_s if self.drafter else 0.0)
+
     def verify_s(self, n: int, depth: int, leaves: int | None = None) -> float:
-        """Seconds for the target to verify a tree of n tokens: its forward and the host's
-        work around it (the profile's `verify_host_s`: the step's tensors, the rule)."""
+        """Seconds for the target to verify a tree of n tokens: its forward and
+        `verify_extra_s`."""
         return float(
             self.target.verify_time(
                 n, self.context_len, batch=self.batch, depth=depth, leaves=leaves,
                 ssm_verify=self.ssm_verify,
             )
-        ) + self.target.hw.verify_host_s
+        ) + self.verify_extra_s
 
     def step_table(self, max_n: int, max_depth: int, source: str) -> np.ndarray:
         """Seconds of one step for every tree size n ≤ max_n (rows) and depth d (columns):
@@ -86,7 +102,7 @@ class Pricing:
             verify = self.target.verify_time(sizes, self.context_len, batch=self.batch, depth=d,
                                              ssm_verify=self.ssm_verify)
             table[1:, d] = (d * self.level_s(source) + np.asarray(verify, dtype=float)
-                            + self.target.hw.verify_host_s + self.bookkeeping_s)
+                            + self.verify_extra_s + self.bookkeeping_s)
         return table
 
     def tree_step_s(self, tree: Tree) -> float:
