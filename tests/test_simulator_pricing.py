@@ -50,6 +50,16 @@ def test_one_request_costs_what_pricing_says(hw: str, target: str, draft: str,
     assert plain == pytest.approx(reference.autoregressive_s, rel=1e-9, abs=0)
 
 
+def test_a_sampled_step_pays_the_sampled_verification_as_pricing_does() -> None:
+    t, d = _models("cpu-2core", "tiny-code", "tiny-code-draft", "eager")
+    tree = _trees("draft:tiny-code-draft")[2]
+    for temperature in (0.0, 0.7):
+        pricer = BatchPricer(t, d, "draft:tiny-code-draft", temperature=temperature)
+        reference = Pricing(t, d, 300, temperature=temperature)
+        assert pricer.step_s([300], [Speculation.of(tree)]) == pytest.approx(
+            reference.tree_step_s(tree), rel=1e-9, abs=0)
+
+
 def test_a_model_free_drafter_costs_its_propose_calls() -> None:
     t, _ = _models("cpu-2core", "tiny-code", "tiny-code-draft", "eager")
     pricer = BatchPricer(t, None, "ngram")

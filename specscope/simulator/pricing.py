@@ -158,11 +158,13 @@ class HostTerms:
     level_s: Callable[[str], float]
 
 
-def host_terms(target: CostModel, drafter: CostModel | None) -> HostTerms:
-    """The host terms of `Pricing` on these models: what its draft level and verification cost
-    beyond the forwards they run, read off one reference step, so that the simulator and the
-    optimizers price the loop's host work alike whatever `Pricing` counts in it."""
-    ref = Pricing(target, drafter, 1)
+def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0
+               ) -> HostTerms:
+    """The host terms of `Pricing` on these models at `temperature`: what its draft level and
+    verification cost beyond the forwards they run, read off one reference step, so that the
+    simulator and the optimizers price the loop's host work alike whatever `Pricing` counts in
+    it."""
+    ref = Pricing(target, drafter, 1, temperature=temperature)
     forward = float(target.verify_time(2, 1, batch=1, depth=1, ssm_verify=ref.ssm_verify))
     level = 0.0
     if drafter is not None:
@@ -198,16 +200,17 @@ class BatchPricer:
     """Seconds of steps and prefills of a batch (module docstring); implements `StepPricer`.
 
     `source` is the drafter source of levels drafted past a tree's depth; `link` is the draft
-    link under separate placement (None: colocated).
+    link under separate placement (None: colocated); `temperature` the sampling temperature
+    (the verification's host work depends on it).
     """
 
     def __init__(self, target: CostModel, drafter: CostModel | None, source: str,
-                 link: Link | None = None) -> None:
+                 link: Link | None = None, temperature: float = 0.0) -> None:
         self.target, self.drafter, self.source, self.link = target, drafter, source, link
         self._target = _Forwards(target)
         self._drafter = None if drafter is None else _Forwards(drafter)
         self._shapes: dict[tuple[int, int], tuple[Tree, _Shape]] = {}
-        self._host = host_terms(target, drafter)
+        self._host = host_terms(target, drafter, temperature)
 
     def shape(self, spec: Speculation) -> _Shape:
         """The (cached) `speculation_shape` of `spec`."""

@@ -116,7 +116,8 @@ def run_simulation(req: SimulateRequest,
     if tree is not None and req.trace is not None:
         acceptance.check(tree)
     link = Link(req.link_gbps, req.link_us) if req.draft_placement == "separate" else None
-    pricer = BatchPricer(target, drafter.cost, drafter.source, link)
+    temperature = 0.0 if req.trace is None else req.trace.temperature
+    pricer = BatchPricer(target, drafter.cost, drafter.source, link, temperature)
     colocated = [target] + ([drafter.cost] if drafter.cost is not None and link is None else [])
     capacity = kv_capacity(colocated)
     max_tree = 1 if req.policy == "none" else max(req.budget, tree.size if tree else 1)
