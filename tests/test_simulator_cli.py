@@ -4,6 +4,8 @@ every bad input as one stderr line with exit status 2 and nothing written."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -120,3 +122,13 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
     assert "Traceback" not in err and needle in err
     assert not out_file.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_simulator_imports_neither_torch_nor_the_executor() -> None:
+    """DESIGN.md: the simulator starts fast and works without torch."""
+    code = ("import sys; from specscope.simulator.run import run_simulation; "
+            "print(sorted(m for m in ('torch', 'specscope.executor', 'specscope.validate') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
