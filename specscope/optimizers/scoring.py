@@ -113,8 +113,9 @@ class Pricing:
 
     def draft_s(self, tree: Tree) -> float:
         """Seconds drafting `tree`: one `level_s` per (depth, source) holding drafted nodes; a
-        draft-model level forwards the nodes above it (root first)."""
-        levels = {(int(tree.depths[v]), tree.sources[v]) for v in range(1, tree.size)}
+        draft-model level forwards the nodes above it (root first). Summed in sorted order, not
+        a set's (string-hash) order, so every process gets the same float."""
+        levels = sorted({(int(tree.depths[v]), tree.sources[v]) for v in range(1, tree.size)})
         above = np.cumsum(np.bincount(tree.depths, minlength=tree.depth + 1))
         return sum(self.level_s(source, int(above[depth - 1]))
                    for depth, source in levels)
