@@ -21,8 +21,8 @@ request that joined since the last solve verifies the tree the program gives one
 rounded ratio under the per-request budget alone (memoised too), so the step's total can differ
 from the batch budget until the next solve. Measured (h100, llama-3.1-8b, llama-3.2-1b draft of
 top-1 acceptance 0.54, budget 16): every 8 steps against every step changes TPOT by +0.1% at
-batch 1 and +0.5% at batch 16, throughput at batch 64 by −0.3%, and runs 7.6× faster at batch
-64 (every 32: about 1% worse, 29× faster).
+batch 1 and +0.8% at batch 16, throughput at batch 64 by −0.1%, and runs 8.7× faster at batch
+64 (every 32: 1.0–1.4% worse, 36× faster).
 
 Per-request limits. A request may get more than `PolicySetup.budget` tokens; the scheduler cuts
 a tree larger than its per-request `max_tree` (the KV reservation, `--budget` unless a `--tree`
