@@ -1,0 +1,127 @@
+"""Cells: one point of a sweep's grid, with every parameter concrete, and its stable key.
+
+A cell's key is a hash of everything its result depends on: its parameters, its acceptance
+input (the vector, or the trace file's digest), its hardware profile's file digest, the
+simulation settings and the config's seed. A re-run recomputes a cell only when one of them
+changed. Simulation seeds derive from the config's seed and the workload (rate and settings), not
+from the rest of the key: every hardware, method and drafter at one rate meets the same arrivals
+and lengths (common random numbers), so differences between cells are not sampling noise.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from specscope.hw_profiles import load_profile
+from specscope.models import get_model
+from specscope.sweeps.config import (
+    AcceptanceInput,
+    Grid,
+    SweepConfig,
+    digest,
+    profile_digest,
+    source_of,
+)
+
+KEY_VERSION = 1
+"""Part of every key: bump it when a cell's evaluation changes meaning, so nothing stale is
+reused."""
+NO_DRAFTER = "none"
+ORDER = ("hardware", "runtime", "target", "tp", "weight_bits", "drafter", "batch", "rate",
+         "method", "budget")
+"""Enumeration order, outermost first: cells that share a pricing (hardware … batch) are
+neighbours, so a batch of cells reuses one pricing and one set of trees."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid point, every parameter resolved (runtime, weight bits, context)."""
+
+    mode: str
+    hardware: str
+    runtime: str
+    target: str
+    drafter: str
+    method: str
+    budget: int
+    batch: int
+    rate: float | None
+    tp: int
+    weight_bits: int
+    context: int | None  # None for simulated cells: their prompts set the context
+    max_depth: int
+    acceptance: AcceptanceInput
+    seed: int
+    simulation: tuple[tuple[str, Any], ...]
+    profile: str
+    """sha256 of the hardware profile's file."""
+
+    @property
+    def source(self) -> str:
+        """The drafter's trace source (`draft:NAME`, or a model-free name)."""
+        return source_of(self.drafter)
+
+    @cached_property
+    def key(self) -> str:
+        """16 hex digits of sha256 over everything the result depends on (module docstring)."""
+        params = self.columns() | {
+            "acceptance": self.acceptance.digest, "simulation": dict(self.simulation),
+            "profile": self.profile, "version": KEY_VERSION,
+        }
+        return digest(params)[:16]
+
+    def columns(self) -> dict[str, Any]:
+        """The parameter columns of the results table."""
+        return {
+            "mode": self.mode, "hardware": self.hardware, "runtime": self.runtime,
+            "target": self.target, "drafter": self.drafter, "method": self.method,
+            "budget": self.budget, "batch": self.batch, "rate": self.rate, "tp": self.tp,
+            "weight_bits": self.weight_bits, "context": self.context,
+            "max_depth": self.max_depth, "acceptance": self.acceptance.label, "seed": self.seed,
+        }
+
+
+def enumerate_cells(config: SweepConfig) -> list[Cell]:
+    """Every cell of every grid in `ORDER`, each key once (the first grid that names it)."""
+    cells: dict[str, Cell] = {}
+    for grid in config.grids:
+        for cell in _grid_cells(grid, config):
+            cells.setdefault(cell.key, cell)
+    return list(cells.values())
+
+
+def _grid_cells(grid: Grid, config: SweepConfig) -> Iterator[Cell]:
+    profiles = {h: (load_profile(h).default_runtime, profile_digest(h))
+                for h in grid.axes["hardware"]}
+    settings = tuple(sorted(grid.simulation.items()))
+    context = grid.context
+    if grid.mode == "simulate":
+        context = None
+    elif context is None:
+        assert grid.trace is not None
+        context = round(config.traces[grid.trace].mean_context_len)
+    for values in itertools.product(*(grid.axes[a] for a in ORDER)):
+        p = dict(zip(ORDER, values, strict=True))
+        default_runtime, profile = profiles[p["hardware"]]
+        acceptance = grid.acceptance(p["drafter"])
+        if p["method"] == NO_DRAFTER:  # plain decoding: drafter and budget mean nothing
+            p |= {"drafter": NO_DRAFTER, "budget": 1}
+            acceptance = AcceptanceInput(trace=grid.trace, digest=grid.trace_digest)
+        seed = config.seed
+        if grid.mode == "simulate":
+            seed = int(digest({"seed": seed, "rate": p["rate"], "workload": settings})[:8], 16)
+        yield Cell(
+            mode=grid.mode, hardware=p["hardware"],
+            runtime=p["runtime"] or default_runtime,
+            target=p["target"], drafter=p["drafter"], method=p["method"], budget=p["budget"],
+            batch=p["batch"] or 1, rate=None if p["rate"] is None else float(p["rate"]),
+            tp=p["tp"] or 1,
+            weight_bits=p["weight_bits"] or get_model(p["target"]).weight_bits,
+            context=context, max_depth=grid.max_depth, acceptance=acceptance, seed=seed,
+            simulation=settings if grid.mode == "simulate" else (),
+            profile=profile,
+        )

@@ -1,0 +1,213 @@
+"""Evaluating cells, and the caches that cells share.
+
+Analytic cells: the method's tree at exactly the cell's budget (matched budgets, as
+`optimize-tree --budget` builds them), valued under the acceptance vector (and replayed over the
+trace when there is one), priced by the optimizers' `Pricing` on the cell's hardware, runtime,
+target and drafter, tp, weight bits, context and batch: speedup over autoregressive decoding on the
+same hardware, tokens/s, step time, expected tokens, tree size and depth. SpecDec++ is a policy
+whose stopping threshold is chosen per hardware, so it is solved per cell.
+
+Simulated cells: `run_simulation` on the cell's hardware with max batch = the cell's batch; a
+tree method (sequoia, chain, ...) is served as a static tree built as above, the dynamic policies
+(dyspec, specdecpp, smartspec, ets-batch) run per step with the cell's budget: throughput,
+goodput, TPOT, TTFT, latency percentiles, accepted drafts per step, mean batch.
+
+Caches (per process, so each Ray worker keeps its own across tasks): profiles, cost models and
+pricings by their parameters; positional vectors by (acceptance, source, depth cap); trees with
+their expected and replayed tokens by (acceptance, source, method, budget, depth cap), because a
+matched-budget tree does not depend on the hardware. A cell that cannot run (an `InputError`: a
+runtime the profile does not price, a model that does not fit, tp above the profile's links, a
+method that needs a trace) is recorded as skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from specscope.errors import InputError
+from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
+from specscope.models import get_model
+from specscope.optimizers.compare import (
+    POLICY_METHODS,
+    TREE_METHODS,
+    MethodOptions,
+    Setup,
+    score_method,
+    unavailable,
+)
+from specscope.optimizers.scoring import Pricing, score_tree
+from specscope.simulator.entities import kv_capacity
+from specscope.simulator.run import SimulateRequest, run_simulation
+from specscope.sweeps.cells import NO_DRAFTER, Cell
+from specscope.trace import AcceptanceModel, Trace, replay
+from specscope.trace.schema import MODEL_FREE_SOURCES
+from specscope.tree import Tree, acceptance_table
+
+PARAMS: dict[str, pl.DataType] = {
+    "key": pl.String(), "mode": pl.String(), "hardware": pl.String(), "runtime": pl.String(),
+    "target": pl.String(), "drafter": pl.String(), "method": pl.String(),
+    "budget": pl.Int64(), "batch": pl.Int64(), "rate": pl.Float64(), "tp": pl.Int64(),
+    "weight_bits": pl.Int64(), "context": pl.Int64(), "max_depth": pl.Int64(),
+    "acceptance": pl.String(), "seed": pl.Int64(),
+}
+ANALYTIC = ("speedup", "tokens_per_s", "step_time_ms", "autoregressive_ms", "expected_tokens",
+            "replay_tokens", "tree_size", "tree_depth")
+SIMULATED = ("throughput_tok_s", "goodput_tok_s", "slo_met", "mean_tpot_ms", "p50_tpot_ms",
+             "p99_tpot_ms", "mean_ttft_ms", "p50_ttft_ms", "p99_ttft_ms", "mean_latency_s",
+             "p50_latency_s", "p99_latency_s", "mean_accepted", "mean_batch")
+SCHEMA: dict[str, pl.DataType] = (
+    PARAMS | {"status": pl.String(), "reason": pl.String()}
+    | dict.fromkeys(ANALYTIC, pl.Float64()) | {"tree": pl.String()}
+    | dict.fromkeys(SIMULATED, pl.Float64()) | {"run_id": pl.String()}
+)
+"""The results table: parameters, outcome ("ok" or "skipped" and why), analytic results (ms,
+tokens/s, tokens per step; `tree` as `Tree.to_json`), simulated results (units in the names), and
+the run that computed the row."""
+
+_VECTORS: dict[tuple[str, str, int], np.ndarray] = {}
+_TREES: dict[tuple[str, str, str, int, int], tuple[Tree, float, float | None]] = {}
+
+
+def evaluate_batch(cells: Sequence[Cell], traces: Mapping[str, Trace], run_id: str,
+                   on_cell: Callable[[], None] | None = None) -> pl.DataFrame:
+    """One results row per cell (`SCHEMA`), in order; `on_cell()` after each."""
+    rows = []
+    for cell in cells:
+        rows.append({"key": cell.key, **cell.columns(), **evaluate(cell, traces),
+                     "run_id": run_id})
+        if on_cell is not None:
+            on_cell()
+    return pl.DataFrame(rows, schema=SCHEMA)
+
+
+def evaluate(cell: Cell, traces: Mapping[str, Trace]) -> dict[str, Any]:
+    """The outcome and result columns of one cell (module docstring)."""
+    trace = None if cell.acceptance.trace is None else traces[cell.acceptance.trace]
+    try:
+        profile = _profile(cell.hardware)
+        if cell.runtime not in profile.runtimes:
+            raise InputError(f"profile {profile.name} prices {', '.join(profile.runtimes)}, "
+                             f"not {cell.runtime}")
+        results = (_analytic if cell.mode == "analytic" else _simulated)(cell, trace)
+    except InputError as exc:
+        return {"status": "skipped", "reason": str(exc)}
+    return {"status": "ok", **results}
+
+
+def _analytic(cell: Cell, trace: Trace | None) -> dict[str, Any]:
+    pricing = _pricing(cell, trace)
+    _check_fits(pricing, pricing.context_len + cell.budget)
+    setup = _setup(cell, trace, pricing)
+    if cell.method in POLICY_METHODS:
+        score = score_method(cell.method, setup, cell.budget)
+    else:
+        tree, expected, replayed = _tree(cell, setup)
+        score = replace(score_tree(cell.method, tree, expected, pricing), replay_tokens=replayed)
+    return {
+        "speedup": score.speedup, "tokens_per_s": score.tokens_per_s,
+        "step_time_ms": score.step_time_s * 1e3,
+        "autoregressive_ms": score.autoregressive_s * 1e3,
+        "expected_tokens": score.expected_tokens, "replay_tokens": score.replay_tokens,
+        "tree_size": float(score.n), "tree_depth": float(score.depth),
+        "tree": score.tree.to_json(),
+    }
+
+
+def _simulated(cell: Cell, trace: Trace | None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        tree_file = None
+        if cell.method in TREE_METHODS:  # served as a static tree
+            tree_file = Path(folder) / "tree.json"
+            tree_file.write_text(_tree(cell, _setup(cell, trace, _pricing(cell, trace)))[0]
+                                 .to_json())
+        request = SimulateRequest(
+            hw=cell.hardware, target=cell.target,
+            drafter=None if cell.drafter == NO_DRAFTER else cell.drafter, trace=trace,
+            policy="static" if tree_file else cell.method, tree=tree_file, budget=cell.budget,
+            max_depth=cell.max_depth, acceptance=cell.acceptance.vector, runtime=cell.runtime,
+            tp=cell.tp, weight_bits=cell.weight_bits, rate=float(cell.rate or 0.0),
+            max_batch=cell.batch, seed=cell.seed, **dict(cell.simulation))
+        summary = run_simulation(request).summary
+    return {name: summary[name] for name in SIMULATED}
+
+
+def _setup(cell: Cell, trace: Trace | None, pricing: Pricing) -> Setup:
+    """What the optimizers see for this cell; an unavailable method is an `InputError`."""
+    setup = Setup(p=_vector(cell, trace), source=cell.source, pricing=pricing,
+                  max_depth=cell.max_depth, trace=trace, options=MethodOptions(seed=cell.seed))
+    why = unavailable(cell.method, setup, cell.budget)
+    if why:
+        raise InputError(f"{cell.method} {why}")
+    return setup
+
+
+def _check_fits(pricing: Pricing, tokens: int) -> None:
+    """Raise `InputError` unless the weights of target and drafter and the KV cache (or SSM
+    state) of `pricing.batch` sequences of `tokens` tokens fit in the target's devices."""
+    models = [pricing.target, *([pricing.drafter] if pricing.drafter else [])]
+    free = kv_capacity(models)
+    need = sum(m.memory_bytes(pricing.batch, tokens) - m.memory_bytes(0, 0) for m in models)
+    if need > free:
+        raise InputError(f"the KV cache of batch {pricing.batch} × {tokens} tokens needs "
+                         f"{need / 1e9:.1f} GB, {free / 1e9:.1f} GB are left after the weights")
+
+
+@cache
+def _profile(hardware: str) -> HardwareProfile:
+    return load_profile(hardware)
+
+
+@cache
+def _cost(hardware: str, model: str, runtime: str, tp: int = 1,
+          weight_bits: int | None = None) -> CostModel:
+    return CostModel(_profile(hardware), get_model(model), weight_bits=weight_bits, tp=tp,
+                     runtime=runtime)
+
+
+@cache
+def _cached_pricing(hardware: str, runtime: str, target: str, drafter: str, tp: int,
+                    weight_bits: int, context: int, batch: int, temperature: float) -> Pricing:
+    return Pricing(
+        target=_cost(hardware, target, runtime, tp, weight_bits),
+        drafter=None if drafter in MODEL_FREE_SOURCES else _cost(hardware, drafter, runtime),
+        context_len=context, batch=batch, temperature=temperature)
+
+
+def _pricing(cell: Cell, trace: Trace | None) -> Pricing:
+    """The cell's pricing, shared by every cell with the same parameters (its cached
+    autoregressive and draft-level times with it). A simulated cell's static tree needs one
+    only to build its `Setup` (tree builders never read it): it is priced at context 0."""
+    return _cached_pricing(cell.hardware, cell.runtime, cell.target, cell.drafter, cell.tp,
+                           cell.weight_bits, cell.context or 0, cell.batch,
+                           0.0 if trace is None else trace.temperature)
+
+
+def _vector(cell: Cell, trace: Trace | None) -> np.ndarray:
+    """The positional acceptance vector of the cell's drafter: the given one, or the trace's."""
+    key = (cell.acceptance.digest, cell.source, cell.max_depth)
+    if key not in _VECTORS:
+        if trace is None:
+            _VECTORS[key] = acceptance_table(cell.acceptance.vector, "acceptance")[0]
+        else:
+            _VECTORS[key] = np.asarray(AcceptanceModel.from_trace(
+                trace, cell.source, max_depth=cell.max_depth).p)
+    return _VECTORS[key]
+
+
+def _tree(cell: Cell, setup: Setup) -> tuple[Tree, float, float | None]:
+    """The method's tree at the cell's budget, its expected tokens per step, and its replayed
+    tokens per step over the trace (None without one)."""
+    key = (cell.acceptance.digest, cell.source, cell.method, cell.budget, cell.max_depth)
+    if key not in _TREES:
+        tree = TREE_METHODS[cell.method](setup, cell.budget, cell.max_depth)
+        replayed = None if setup.trace is None else replay(setup.trace, tree).tokens_per_step
+        _TREES[key] = (tree, setup.value(tree), replayed)
+    return _TREES[key]
