@@ -1,0 +1,12 @@
+"""The HTML report of a results folder: Pareto fronts, trees, acceptance, serving under load,
+validation errors and a hardware comparison (`specscope dashboard DIR -o report.html`).
+
+- `load`: what a results folder holds, recognised by content.
+- `fronts`, `trees`, `acceptance`, `serving`, `validation`, `hardware`: one figure each.
+- `style`: the look and the section record they share; `page`: the self-contained page.
+"""
+
+from specscope.dashboards.load import Results, load_results
+from specscope.dashboards.page import Report, build_report
+
+__all__ = ["Report", "Results", "build_report", "load_results"]

@@ -1,0 +1,243 @@
+"""Everything a results folder holds that the report can draw, recognised by content, not name.
+
+Files are found recursively (hidden files, such as the temporary files of an atomic write, are
+skipped) and recognised as:
+
+- optimize-tree output (`--json` / `-o`): a JSON object with `hardware` and `results`;
+- a bare tree (`Tree.to_json`, the demo's `best-tree.json`);
+- a simulation: `simulate -o` metrics parquet (its summary in the file metadata; the time series
+  and event log beside it are not drawn) or the `simulate --json` summary;
+- a validation: `validate -o` parquet (one row per configuration) or the `validate --json`
+  document (which also names the device; a parquet beside it is the same run);
+- a sweep: a parquet of one row per cell with `hardware` and `speedup` columns;
+- a trace: schema-v1 parquet (`specscope collect`, `trace synth`);
+- a benchmark: `benchmarks/results/*.json` (provenance and rows);
+- a hardware profile: a TOML with `[compute]` and `[memory]` tables (`profile-hw`).
+
+A file that cannot be parsed is an `InputError` naming it; a parseable file of none of these
+kinds is listed as ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from specscope.errors import InputError
+from specscope.hw_profiles import HardwareProfile, load_profile
+from specscope.hw_profiles.profile import DATA_DIR
+from specscope.trace import Trace, read_trace
+from specscope.tree import Tree
+
+SIDE_TABLES = (".timeseries.parquet", ".events.parquet")
+"""Files `simulate -o` writes beside its metrics table."""
+RESULT_KEYS = ("algo", "n", "depth", "expected_tokens", "step_time_ms", "tokens_per_s",
+               "speedup", "tree")
+"""Keys every `results` row of optimize-tree output has."""
+VALIDATE_COLUMNS = ("config", "predicted_tokens_per_s", "measured_tokens_per_s")
+
+
+@dataclass(frozen=True)
+class Optimized:
+    """One optimize-tree document (`OptimizeResult.to_dict`) and its file."""
+
+    path: Path
+    doc: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        """Hardware, runtime, target and drafter source: what the trees were optimised for."""
+        d = self.doc
+        runtime = f" ({d['runtime']})" if d.get("runtime") else ""
+        return f"{d['hardware']}{runtime} · {d.get('target', '?')} · {d.get('source', '?')}"
+
+
+@dataclass(frozen=True)
+class ValidationRun:
+    """One validate run: a label (hardware and device where known) and one row per config."""
+
+    path: Path
+    label: str
+    frame: pl.DataFrame
+
+
+@dataclass
+class Results:
+    """What `load_results` found under `root`, by kind; `ignored` lists (file, why)."""
+
+    root: Path
+    optimized: list[Optimized] = field(default_factory=list)
+    trees: list[tuple[Path, Tree]] = field(default_factory=list)
+    simulations: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    validations: list[ValidationRun] = field(default_factory=list)
+    sweeps: list[tuple[Path, pl.DataFrame]] = field(default_factory=list)
+    traces: list[tuple[Path, Trace]] = field(default_factory=list)
+    benchmarks: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    profiles: list[tuple[Path, HardwareProfile]] = field(default_factory=list)
+    ignored: list[tuple[Path, str]] = field(default_factory=list)
+
+    def name(self, path: Path) -> str:
+        """`path` relative to the results folder, for captions."""
+        return str(path.relative_to(self.root))
+
+    @property
+    def used(self) -> int:
+        """How many files were recognised."""
+        return sum(len(x) for x in (self.optimized, self.trees, self.simulations,
+                                    self.validations, self.sweeps, self.traces, self.benchmarks,
+                                    self.profiles))
+
+
+def profiles(results: Results) -> list[tuple[str, HardwareProfile]]:
+    """The folder's hardware profiles (by file), then every shipped one (by name)."""
+    return [(results.name(p), prof) for p, prof in results.profiles] + [
+        (p.stem, load_profile(p)) for p in sorted(DATA_DIR.glob("*.toml"))]
+
+
+def load_results(root: str | Path) -> Results:
+    """Read every recognised file under `root` (module docstring); `InputError` for a folder
+    that does not exist, a malformed file, or a folder with nothing recognised."""
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(f"{root}: no such results folder")
+    results = Results(root)
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue
+        if path.suffix == ".json":
+            _json(path, results)
+        elif path.suffix == ".parquet":
+            _parquet(path, results)
+        elif path.suffix == ".toml":
+            _toml(path, results)
+    _drop_duplicate_validations(results)
+    if not results.used:
+        raise InputError(f"{root}: no results found (optimize-tree JSON, simulate metrics, "
+                         "validate tables, sweep parquet, traces or benchmark JSON)")
+    return results
+
+
+def _json(path: Path, results: Results) -> None:
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        results.ignored.append((path, "JSON that is not an object"))
+    elif "results" in doc and "hardware" in doc:
+        results.optimized.append(Optimized(path, _optimize_doc(doc, path)))
+    elif {"parents", "ranks", "sources"} <= doc.keys():
+        try:
+            results.trees.append((path, Tree.from_dict(doc)))
+        except InputError as exc:
+            raise InputError(f"{path}: {exc}") from None
+    elif "throughput_tok_s" in doc and "policy" in doc:
+        results.simulations.append((path, doc))
+    elif "configs" in doc and "tokens_per_s" in doc:
+        frame = _frame(doc["configs"], path, VALIDATE_COLUMNS)
+        label = " · ".join(str(doc[k]) for k in ("hardware", "device", "runtime") if doc.get(k))
+        results.validations.append(ValidationRun(path, label or path.stem, frame))
+    elif "provenance" in doc and ("steps" in doc or "sets" in doc):
+        results.benchmarks.append((path, doc))
+    else:
+        results.ignored.append((path, "JSON of no known kind"))
+
+
+def _optimize_doc(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The document, checked: every result row has the keys the figures read."""
+    rows = doc["results"]
+    if not isinstance(rows, list) or not rows:
+        raise InputError(f"{path}: optimize-tree output without results")
+    for i, row in enumerate(rows):
+        missing = [k for k in RESULT_KEYS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise InputError(f"{path}: results[{i}] lacks {', '.join(missing)}")
+        try:
+            row["tree"] = Tree.from_dict(row["tree"])
+        except InputError as exc:
+            raise InputError(f"{path}: results[{i}].tree: {exc}") from None
+    return doc
+
+
+def _frame(rows: object, path: Path, needed: tuple[str, ...]) -> pl.DataFrame:
+    """Rows (a list of objects) as a table that has the `needed` columns."""
+    try:
+        frame = pl.DataFrame(rows, infer_schema_length=None)
+    except (TypeError, ValueError, pl.exceptions.PolarsError) as exc:
+        raise InputError(f"{path}: rows are not a table ({exc})") from None
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path}: rows lack the columns {', '.join(missing)}")
+    return frame
+
+
+def _parquet(path: Path, results: Results) -> None:
+    try:
+        file = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: not a readable parquet file ({exc})") from None
+    columns, meta = set(file.schema_arrow.names), file.metadata.metadata or {}
+    if path.name.endswith(SIDE_TABLES):
+        results.ignored.append((path, "simulation time series / event log (not drawn)"))
+    elif b"summary" in meta:
+        try:
+            summary = json.loads(meta[b"summary"])
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: metadata `summary` is not JSON ({exc})") from None
+        results.simulations.append((path, summary))
+    elif {"request_id", "pos", "source", "cand_tokens"} <= columns:
+        results.traces.append((path, read_trace(path)))
+    elif set(VALIDATE_COLUMNS) <= columns:
+        results.validations.append(ValidationRun(path, _folder_label(path, results.root),
+                                                 _read(path)))
+    elif {"hardware", "speedup"} <= columns:
+        results.sweeps.append((path, _read(path)))
+    else:
+        results.ignored.append((path, f"parquet of no known kind (columns {sorted(columns)[:6]}"
+                                      f"{'…' if len(columns) > 6 else ''})"))
+
+
+def _read(path: Path) -> pl.DataFrame:
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pa.ArrowException, pl.exceptions.PolarsError) as exc:
+        raise InputError(f"{path}: not a readable parquet file ({exc})") from None
+
+
+def _folder_label(path: Path, root: Path) -> str:
+    """A validate table's run label: its folder under the results folder, else its file."""
+    parent = path.parent.relative_to(root)
+    return str(parent) if parent.parts else path.stem
+
+
+def _toml(path: Path, results: Results) -> None:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not TOML ({exc})") from None
+    if {"compute", "memory"} <= data.keys():
+        results.profiles.append((path, load_profile(path)))
+    else:
+        results.ignored.append((path, "TOML that is not a hardware profile"))
+
+
+def _drop_duplicate_validations(results: Results) -> None:
+    """A validate parquet beside a validate JSON of the same configs is the same run: keep the
+    JSON, which names the hardware and device."""
+    documents = {(v.path.parent, v.frame.height) for v in results.validations
+                 if v.path.suffix == ".json"}
+    kept = []
+    for v in results.validations:
+        if v.path.suffix == ".parquet" and (v.path.parent, v.frame.height) in documents:
+            results.ignored.append((v.path, "same validate run as the JSON beside it"))
+        else:
+            kept.append(v)
+    results.validations = kept
+
