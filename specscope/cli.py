@@ -496,6 +496,38 @@ def simulate(
 
 
 @app.command()
+def sweep(
+    config: Annotated[Path, typer.Argument(help="Sweep TOML (examples/sweep.toml shows the "
+                                                "format).")],
+    engine: Annotated[str, typer.Option(help="local (this process) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster to join (default: start a "
+                                                     "local Ray).")] = None,
+    workers: Annotated[int | None, typer.Option(help="CPUs of a local Ray (default: all).")] = (
+        None),
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Results parquet "
+                                                "(default: CONFIG's name .parquet, here).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Design-space sweep: every cell of a TOML grid, analytic or simulated, appended to parquet
+    as it finishes; a re-run skips finished cells."""
+    from specscope.sweeps import run_sweep
+
+    with _progress("sweeping") as bar:
+        task = bar.add_task("sweeping", total=None)
+        result = run_sweep(config, engine, address, output, workers,
+                           progress=lambda done, total: bar.update(task, completed=done,
+                                                                   total=total))
+    if as_json:
+        _emit(result.to_dict(), True, None)
+        return
+    console.print(f"{result.cells} cells: {result.computed} computed, {result.reused} reused, "
+                  f"{result.skipped} skipped as invalid; {result.wall_s:.1f} s ({engine}) → "
+                  f"{result.path}")
+    for reason, count in result.reasons.items():
+        console.print(f"  skipped {count}: {reason}")
+
+
+@app.command()
 def dashboard(
     folder: Annotated[Path, typer.Argument(help="Results folder: optimize-tree JSON, simulate "
                                                 "metrics, validate tables, sweeps, traces, "
