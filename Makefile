@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+RAY_STAMP := $(VENV)/.ray-stamp
 
 .PHONY: demo test lint bench clean
 
@@ -13,10 +14,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import specscope, torch; assert torch.__version__.startswith('2.13.0')"
 	touch $(STAMP)
 
+# the tests also run sweeps on a local Ray (the optional extra; it must keep torch 2.13.0)
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,ray]' 2>&1 \
+		| grep -v "is ignored: it is neither a file nor a directory" || true
+	$(BIN)/python -c "import ray, torch; assert torch.__version__.startswith('2.13.0')"
+	touch $(RAY_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/specscope demo
 
-test: $(STAMP)
+test: $(RAY_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -n 2 --durations=10
 
