@@ -9,7 +9,8 @@ skipped) and recognised as:
   and event log beside it are not drawn) or the `simulate --json` summary;
 - a validation: `validate -o` parquet (one row per configuration) or the `validate --json`
   document (which also names the device; a parquet beside it is the same run);
-- a sweep: a parquet of one row per cell with `hardware` and `speedup` columns;
+- a sweep (`specscope sweep`): a parquet of one row per cell with `hardware` and `speedup` or
+  `throughput_tok_s` columns;
 - a trace: schema-v1 parquet (`specscope collect`, `trace synth`);
 - a benchmark: `benchmarks/results/*.json` (provenance and rows);
 - a hardware profile: a TOML with `[compute]` and `[memory]` tables (`profile-hw`).
@@ -197,11 +198,16 @@ def _parquet(path: Path, results: Results) -> None:
     elif set(VALIDATE_COLUMNS) <= columns:
         results.validations.append(ValidationRun(path, _folder_label(path, results.root),
                                                  _read(path)))
-    elif {"hardware", "speedup"} <= columns:
+    elif "hardware" in columns and columns & {"speedup", "throughput_tok_s"}:
         results.sweeps.append((path, _read(path)))
     else:
         results.ignored.append((path, f"parquet of no known kind (columns {sorted(columns)[:6]}"
                                       f"{'…' if len(columns) > 6 else ''})"))
+
+
+def ok_rows(sweep: pl.DataFrame) -> pl.DataFrame:
+    """The cells of a sweep that ran (`status` "ok"; every row when there is no status)."""
+    return sweep.filter(pl.col("status") == "ok") if "status" in sweep.columns else sweep
 
 
 def _read(path: Path) -> pl.DataFrame:

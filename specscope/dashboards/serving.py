@@ -1,75 +1,92 @@
-"""Latency against throughput under load, one curve per serving policy, from simulations."""
+"""Latency against throughput under load, one curve per serving policy, from simulations and
+simulated sweeps; one panel per setup (hardware, target, drafter, batch limit)."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 import polars as pl
-from plotly.subplots import make_subplots
 
-from specscope.dashboards.load import Results
-from specscope.dashboards.style import Section, colour, finish
+from specscope.dashboards.load import Results, ok_rows
+from specscope.dashboards.style import Section, colour, facets, finish, rows_of
 
-SETUP = ("hardware", "target", "source", "workload", "max_batch", "replicas")
-"""Summary fields that, with the policy, name one curve (the arrival rate varies along it)."""
-PANELS = (("p50_tpot_ms", "median time per output token (ms)"),
-          ("p90_latency_s", "p90 end-to-end request latency (s)"))
+SETUP = ("hardware", "target", "source", "workload")
+"""Summary fields that name a simulate run's panel (with its batch limit)."""
+METRICS = ("throughput_tok_s", "goodput_tok_s", "p50_tpot_ms", "p99_tpot_ms", "p50_ttft_ms",
+           "p99_latency_s", "mean_accepted", "mean_batch")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 GUIDE = (
-    "Each point is one simulated serving run at a given arrival rate; a line joins the runs of "
-    "one policy and setup as the load rises. Right is more throughput, down is faster. "
-    "Speculation shortens each request's time per token while the server has spare compute; "
-    "as batches fill, verifying drafts that are rejected costs throughput, so the "
-    "speculating curves bend up earlier. Where curves cross, the best policy changes with load."
+    "Each point is one simulated serving run at a given arrival rate; a line joins one policy's "
+    "runs as the load rises. Right is more throughput, down is a faster stream of tokens for "
+    "each user. Speculation shortens the time per output token while the server has spare "
+    "compute; as batches fill, verifying drafts that get rejected costs throughput, so the "
+    "speculating curves bend up earlier. Where curves cross, the best policy changes with "
+    "load. Hover for TTFT, the 99th-percentile request latency and the batch size."
 )
 
 
-def simulation_table(results: Results) -> pl.DataFrame:
-    """One row per simulated run (its summary, the file and the setup label)."""
-    rows = [summary | {"file": results.name(path)} for path, summary in results.simulations]
-    table = pl.DataFrame(rows, infer_schema_length=None)
-    for name in SETUP:
-        if name not in table.columns:
-            table = table.with_columns(pl.lit(None).alias(name))
-    return table.with_columns(setup=pl.concat_str(
-        [pl.col(c).cast(pl.String) for c in SETUP[:4]], separator=" · ", ignore_nulls=True)
-        + pl.format(" · batch ≤ {}", pl.col("max_batch")).fill_null(""))
+def serving_table(results: Results) -> pl.DataFrame:
+    """One row per simulated run: panel (setup), policy, method, rate, file and `METRICS`."""
+    frames = []
+    if results.simulations:
+        runs = pl.DataFrame([s | {"file": results.name(p)} for p, s in results.simulations],
+                            infer_schema_length=None)
+        runs = runs.with_columns(pl.lit(None).alias(c) for c in (*SETUP, *METRICS, "max_batch")
+                                 if c not in runs.columns)
+        frames.append(runs.with_columns(
+            panel=pl.concat_str([pl.col(c).cast(pl.String) for c in SETUP], separator=" · ",
+                                ignore_nulls=True)
+            + pl.format(" · batch ≤ {}", "max_batch").fill_null(""),
+            method=pl.col("policy"), budget=pl.lit(None, pl.Int64)))
+    for path, sweep in results.sweeps:
+        rows = ok_rows(sweep).filter(pl.col("throughput_tok_s").is_not_null()) \
+            if "throughput_tok_s" in sweep.columns else pl.DataFrame()
+        if rows.height:
+            frames.append(rows.with_columns(
+                panel=pl.format("{} · {} · draft {} · batch ≤ {}", "hardware", "target",
+                                "drafter", "batch"),
+                policy=pl.when(pl.col("method") == "none").then(pl.lit("none")).otherwise(
+                    pl.format("{} n={}", "method", "budget")),
+                file=pl.lit(results.name(path))))
+    columns = ["panel", "policy", "method", "budget", "rate", "file", *METRICS]
+    return pl.concat([f.select(columns) for f in frames], how="vertical_relaxed") if frames \
+        else pl.DataFrame()
 
 
 def serving_section(results: Results) -> Section:
-    """TPOT and request latency against throughput, one line per (policy, setup)."""
+    """TPOT against throughput, one line per policy, one panel per setup."""
     title = "Latency against throughput under load, per speculation policy"
-    if not results.simulations:
-        return Section("serving", title, GUIDE, note="needs simulate output "
-                       "(specscope simulate ... -o DIR/run.parquet, at several --rate values)")
-    table = simulation_table(results)
-    for column in ("p50_tpot_ms", "p90_latency_s", "p50_ttft_ms", "p90_tpot_ms",
-                   "mean_accepted", "mean_batch", "goodput_tok_s"):
-        if column not in table.columns:
-            table = table.with_columns(pl.lit(None, pl.Float64).alias(column))
+    table = serving_table(results)
+    if table.height == 0:
+        return Section("serving", title, GUIDE, note="needs simulate output (specscope "
+                       "simulate ... -o DIR/run.parquet at several --rate values) or a "
+                       "simulated sweep")
     table = table.with_columns(hover=pl.format(
-        "<b>{}</b> · {}<br>{} arrivals/s → {} generated tokens/s (goodput {})<br>TTFT p50 {} ms "
-        "· TPOT p50 {} ms, p90 {} ms<br>request latency p90 {} s<br>accepted drafts per step "
-        "{} · mean batch {}<br>{}", "policy", "setup", "rate",
-        pl.col("throughput_tok_s").round(0), pl.col("goodput_tok_s").round(0),
-        pl.col("p50_ttft_ms").round(1), pl.col("p50_tpot_ms").round(2),
-        pl.col("p90_tpot_ms").round(2), pl.col("p90_latency_s").round(3),
-        pl.col("mean_accepted").round(2), pl.col("mean_batch").round(1), "file"))
-    setups = table["setup"].unique(maintain_order=True).to_list()
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[label for _, label in PANELS],
-                        horizontal_spacing=0.1)
-    for col, (metric, label) in enumerate(PANELS, start=1):
-        for (policy, setup), runs in table.sort("rate").group_by("policy", "setup",
-                                                                 maintain_order=True):
-            name = policy if len(setups) == 1 else f"{policy} · {setup}"
+        "<b>{}</b> · {}<br>{} arrivals/s → {} generated tokens/s (goodput {})<br>TPOT p50 {} ms,"
+        " p99 {} ms · TTFT p50 {} ms<br>request latency p99 {} s<br>accepted drafts per step "
+        "{} · mean batch {}<br>{}", "policy", "panel", "rate",
+        *(pl.col(c).round(r) for c, r in (("throughput_tok_s", 0), ("goodput_tok_s", 0),
+                                          ("p50_tpot_ms", 2), ("p99_tpot_ms", 2),
+                                          ("p50_ttft_ms", 1), ("p99_latency_s", 3),
+                                          ("mean_accepted", 2), ("mean_batch", 1))), "file"))
+    panels = table["panel"].unique(maintain_order=True).to_list()
+    fig, positions = facets(panels)
+    seen: set[str] = set()
+    for (row, col), panel in zip(positions, panels, strict=True):
+        part = table.filter(pl.col("panel") == panel).sort("policy", "rate")
+        for (policy,), runs in part.group_by("policy", maintain_order=True):
+            budgets = sorted(part.filter(pl.col("method") == runs["method"][0])["budget"]
+                             .drop_nulls().unique().to_list())
+            budget = runs["budget"][0]
             fig.add_trace(go.Scatter(
-                x=runs["throughput_tok_s"], y=runs[metric], mode="lines+markers", name=name,
-                legendgroup=name, showlegend=col == 1, marker={"size": 8},
-                line={"color": colour(policy), "dash": DASHES[setups.index(setup) % 5]},
-                text=runs["hover"], hovertemplate="%{text}<extra></extra>"), row=1, col=col)
+                x=runs["throughput_tok_s"], y=runs["p50_tpot_ms"], mode="lines+markers",
+                name=policy, legendgroup=policy, showlegend=policy not in seen,
+                marker={"size": 7}, line={"color": colour(runs["method"][0]), "dash": DASHES[
+                    budgets.index(budget) % len(DASHES) if budget in budgets else 0]},
+                text=runs["hover"], hovertemplate="%{text}<extra></extra>"), row=row, col=col)
+            seen.add(policy)
         fig.update_xaxes(title_text="throughput (generated tokens/s)", rangemode="tozero",
-                         row=1, col=col)
-        fig.update_yaxes(title_text=label, rangemode="tozero", row=1, col=col)
-    finish(fig, height=400, legend="policy" if len(setups) == 1 else "policy · setup",
-           legend_rows=len(setups))
-    return Section("serving", title, GUIDE + f" Setup: {'; '.join(setups)}.", fig,
-                   tuple(table["file"].unique().sort()))
+                         row=row, col=col)
+        fig.update_yaxes(title_text="median time per output token (ms)" if col == 1 else None,
+                         rangemode="tozero", row=row, col=col)
+    finish(fig, rows_of(positions), legend="policy", legend_rows=1 + len(seen) // 8)
+    return Section("serving", title, GUIDE, fig, tuple(table["file"].unique().sort()))

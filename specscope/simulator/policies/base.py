@@ -26,8 +26,9 @@ class Slot:
 
     request_id: int
     trace_request: int | None
-    """The trace request whose positions this request replays (None when acceptance is
-    sampled from the model)."""
+    """The trace request whose positions this request replays, as its row in the trace's
+    requests sorted by `request_id` (0, 1, …; None when acceptance is sampled from the
+    model)."""
     context_len: int
     """Tokens in its cache: prompt + generated so far."""
     generated: int
