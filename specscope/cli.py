@@ -545,12 +545,17 @@ def dashboard(
 
 @app.command()
 def demo(
+    out: Annotated[Path, typer.Option("--out", help="Folder for every result and the "
+                                                    "dashboard.")] = Path("out/demo"),
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer loads, validated "
+                                                        "configurations and prompts.")] = False,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
-    """The whole loop on embedded defaults."""
+    """The whole loop on embedded defaults: measure, trace, optimise, simulate, validate,
+    dashboard."""
     from specscope.demo import run_demo
 
-    run_demo(seed, console)
+    run_demo(seed, console, out, quick)
 
 
 def _run(

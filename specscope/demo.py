@@ -1,80 +1,200 @@
-"""`specscope demo`: the whole loop on embedded defaults.
+"""`specscope demo`: the whole loop on embedded defaults, every result written under one folder.
 
-1. a synthetic trace and every method on three hardware profiles (prediction only);
-2. a real trace from the zoo models (tiny-code target, tiny-code-draft drafter, code prompts);
-3. the predicted best tree for this CPU, then real speculative decoding with it against
-   autoregressive decoding in the same process, checked lossless.
+0. measure this machine (`profile-hw --quick`, eager, one thread, as the real runs decode);
+1. collect a real trace from the zoo (tiny-code target; draft model, n-gram, suffix and
+   recycling drafters; code prompts) and synthesise a catalogue-scale one;
+2. optimise trees for every shipped hardware profile (llama-3.1-8b verified, llama-68m
+   drafting, the synthetic trace) and for this machine (the real trace);
+3. simulate serving under load on h100: autoregressive, the optimised static tree and
+   SmartSpec at rising arrival rates;
+4. validate predictions against real runs on this CPU (held-out prompts);
+5. decode with this machine's predicted best tree, checked lossless against autoregressive;
+6. write the dashboard of everything above.
 
-This CPU is measured first (`profile-hw --quick`, eager, one thread, as stage 3 decodes) and its
-profile prices stages 1 and 3 beside the shipped ones.
+`--quick` shrinks stages 3 and 4 (fewer rates and requests; three validated configurations on
+fewer prompts) and skips stage 5.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.table import Table
 
 from specscope.atomic import write_text_atomic
-from specscope.optimizers.run import OptimizeRequest, run_optimize
-from specscope.tables import generate_table, optimize_table, pareto_table
+from specscope.errors import InputError
+from specscope.hw_profiles.profile import DATA_DIR
+from specscope.optimizers.run import OptimizeRequest, OptimizeResult, run_optimize
+from specscope.tables import generate_table, optimize_table
 from specscope.trace import synth_trace, write_trace
 
 DEMO_DIR = Path("out/demo")
-CPU_PROFILE = DEMO_DIR / "this-machine.toml"
-"""This machine's profile, measured by the demo itself (stage 0)."""
-DEMO_HARDWARE = ("a100", "h100", "cpu-2core")
 DEMO_BUDGETS = [8, 16, 32, 64]
 REAL_PROMPTS = "builtin:code-edit"
+SIM_HW, SIM_TARGET, SIM_DRAFT = "h100", "llama-3.1-8b", "llama-68m"
+"""The served system of stage 3 (the synthetic trace's draft source is llama-68m)."""
+SIM_POLICIES = ("none", "static", "smartspec")
+SIM_RATES = {False: (1.0, 4.0, 16.0, 64.0), True: (2.0, 32.0)}
+SIM_REQUESTS = {False: 300, True: 120}
 
 
-def run_demo(seed: int, console: Console) -> None:
-    """Measure this machine, then run the three stages, writing their files under out/demo/."""
+def run_demo(seed: int, console: Console, out: Path = DEMO_DIR, quick: bool = False) -> Path:
+    """Run every stage (module docstring), writing under `out`; the dashboard's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    cpu_profile = _measure(out, console)
+    real, synthetic = _traces(out, seed, quick, console)
+    trees = _optimize(out, synthetic, real, cpu_profile, console)
+    _simulate(out, synthetic, trees, seed, quick, console)
+    _validate(out, cpu_profile, seed, quick, console)
+    if not quick:
+        _decode(out, trees["this-machine"], seed, console)
+    from specscope.dashboards import build_report
+
+    report = out / "report.html"
+    with console.status("6. writing the dashboard"):
+        build_report(out, report)
+    console.print(f"[bold]6. Dashboard[/] → {report} (open it in a browser; it needs no network)")
+    return report
+
+
+def _measure(out: Path, console: Console) -> Path:
     from specscope.hw_profiles.calibrate import profile_hw
 
+    path = out / "this-machine.toml"
     with console.status("0. measuring this machine (profile-hw --quick, eager, 1 thread)"):
-        measured = profile_hw("this-machine", runtimes=("eager",), quick=True,
-                              output=CPU_PROFILE, command="specscope demo")
+        measured = profile_hw("this-machine", runtimes=("eager",), quick=True, output=path,
+                              command="specscope demo")
     fit = measured.fits["eager"]
-    console.print(f"[bold]0. This machine[/] → {CPU_PROFILE} in {measured.wall_s:.0f} s; held-out "
+    console.print(f"[bold]0. This machine[/] → {path} in {measured.wall_s:.0f} s; held-out "
                   f"step-time error median {fit.heldout_median_rel_err:.1%}, max "
                   f"{fit.heldout_max_rel_err:.1%}")
-    trace_path = DEMO_DIR / "synthetic.parquet"
-    write_trace(synth_trace(requests=32, seed=seed), trace_path)
-    console.print(f"[bold]1. Synthetic trace[/] → {trace_path}; every method, each choosing "
-                  f"its best n ≤ budget in {DEMO_BUDGETS}")
-    for hw in (*DEMO_HARDWARE, str(CPU_PROFILE)):
-        with console.status(f"optimizing trees for {hw}"):
-            result = run_optimize(
-                OptimizeRequest(hw=hw, trace_path=trace_path, budgets=DEMO_BUDGETS)
-            )
-        console.print(optimize_table(result))
-        console.print(pareto_table(result))
+    return path
 
+
+def _traces(out: Path, seed: int, quick: bool, console: Console) -> tuple[Path, Path]:
     from specscope.executor.collect import collect
+
+    real = out / "traces" / "tiny-code.parquet"
+    with console.status("1. collecting a real trace from the zoo models"):
+        collect("tiny-code", "draft,ngram,suffix,recycle", REAL_PROMPTS, n=6 if quick else 8,
+                max_new=48, output=real, seed=seed)
+    synthetic = out / "traces" / "synthetic.parquet"
+    write_trace(synth_trace(requests=32, seed=seed), synthetic)
+    console.print(f"[bold]1. Traces[/]: tiny-code on {REAL_PROMPTS} → {real}; synthetic "
+                  f"(draft llama-68m, n-gram, recycling) → {synthetic}")
+    return real, synthetic
+
+
+def _optimize(out: Path, synthetic: Path, real: Path, cpu_profile: Path, console: Console
+              ) -> dict[str, Path]:
+    """Every shipped profile on the synthetic trace, this machine on the real one; the JSON
+    files by hardware name."""
+    folder = out / "optimize"
+    written: dict[str, Path] = {}
+    summary = Table(title=f"2. Best tree per hardware ({SIM_TARGET} verifying, {SIM_DRAFT} "
+                          f"drafting, synthetic trace, budgets {DEMO_BUDGETS})")
+    for column in ("hardware", "runtime", "method", "n", "d", "tokens/step", "step ms",
+                   "speedup"):
+        summary.add_column(column, justify="left" if column in ("hardware", "method",
+                                                                 "runtime") else "right")
+    for hw in sorted(p.stem for p in DATA_DIR.glob("*.toml")):
+        request = OptimizeRequest(hw=hw, trace_path=synthetic, target=SIM_TARGET,
+                                  drafter=SIM_DRAFT, budgets=DEMO_BUDGETS)
+        with console.status(f"2. optimising trees for {hw}"):
+            try:
+                result = run_optimize(request)
+            except InputError as exc:  # e.g. the target does not fit this device
+                summary.add_row(hw, "", f"skipped: {exc}", *[""] * 5)
+                continue
+        written[hw] = _write(folder / f"{hw}.json", result)
+        best = result.comparison.scores[0]
+        summary.add_row(hw, result.runtime, best.algo, f"{best.n:g}", f"{best.depth:g}",
+                        f"{best.expected_tokens:.2f}", f"{best.step_time_s * 1e3:.2f}",
+                        f"{best.speedup:.2f}×")
+    console.print(summary)
+    result = run_optimize(OptimizeRequest(hw=str(cpu_profile), trace_path=real, source="ngram",
+                                          budgets=[4, 8, 16], algos="sequoia,goose,chain"))
+    written["this-machine"] = _write(folder / "this-machine.json", result)
+    console.print(optimize_table(result))
+    return written
+
+
+def _write(path: Path, result: OptimizeResult) -> Path:
+    write_text_atomic(path, json.dumps(result.to_dict(), indent=1))
+    return path
+
+
+def _simulate(out: Path, synthetic: Path, trees: dict[str, Path], seed: int, quick: bool,
+              console: Console) -> None:
+    from specscope.simulator.metrics import write_metrics
+    from specscope.simulator.run import SimulateRequest, run_simulation
+    from specscope.trace import read_trace
+
+    trace = read_trace(synthetic)
+    table = Table(title=f"3. Serving {SIM_TARGET} on {SIM_HW} ({SIM_DRAFT} drafting, "
+                        f"{SIM_REQUESTS[quick]} requests per run)")
+    for column in ("policy", "rate /s", "throughput tok/s", "mean TPOT ms", "p99 latency s",
+                   "mean batch"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for policy in SIM_POLICIES:
+        for rate in SIM_RATES[quick]:
+            request = SimulateRequest(
+                hw=SIM_HW, target=SIM_TARGET, drafter=SIM_DRAFT, trace=trace,
+                policy=policy, tree=trees[SIM_HW] if policy == "static" else None,
+                budget=16, rate=rate, requests=SIM_REQUESTS[quick], max_batch=64, seed=seed)
+            with console.status(f"3. simulating {policy} at {rate:g} requests/s"):
+                result = run_simulation(request)
+            write_metrics(out / "simulate" / f"{policy}-rate{rate:g}.parquet", result.requests,
+                          result.summary, result.timeseries, result.events)
+            s = result.summary
+            table.add_row(policy, f"{rate:g}", f"{s['throughput_tok_s']:,.0f}",
+                          f"{s['mean_tpot_ms']:.2f}", f"{s['p99_latency_s']:.2f}",
+                          f"{s['mean_batch']:.1f}")
+    console.print(table)
+
+
+def _validate(out: Path, cpu_profile: Path, seed: int, quick: bool, console: Console) -> None:
+    from specscope.validate.compare import Sizes, ValidateRequest, run_validate
+    from specscope.validate.grid import QUICK
+    from specscope.validate.report import (
+        config_table,
+        recommendation_line,
+        summary_table,
+        write_table,
+    )
+
+    request = ValidateRequest(hw=str(cpu_profile), model="tiny-code", device="cpu",
+                              quick=True, seed=seed)
+    if quick:  # one draft tree, one n-gram chain, Goose; fewer prompts
+        request = ValidateRequest(hw=str(cpu_profile), model="tiny-code", device="cpu",
+                                  seed=seed, configs=(QUICK[0], QUICK[5], QUICK[6]),
+                                  sizes=Sizes(per_half=24, max_new=32, passes=1, recheck=1))
+    with console.status("4. validating predictions against real runs on held-out prompts"):
+        result = run_validate(request)
+    write_table(result, out / "validate")
+    doc = result.to_dict()
+    write_text_atomic(out / "validate" / "validate.json", json.dumps(doc, indent=1))
+    console.print(config_table(doc))
+    console.print(summary_table(doc))
+    console.print(recommendation_line(doc))
+
+
+def _decode(out: Path, optimized: Path, seed: int, console: Console) -> None:
     from specscope.executor.generate import generate
 
-    real_path = DEMO_DIR / "tiny-code.parquet"
-    with console.status("2. collecting a real trace from the zoo models"):
-        collect("tiny-code", "draft,ngram,suffix,recycle", REAL_PROMPTS, n=8, max_new=48,
-                output=real_path, seed=seed)
-    console.print(f"[bold]2. Real trace[/]: tiny-code on {REAL_PROMPTS} → {real_path}")
-    result = run_optimize(OptimizeRequest(hw=str(CPU_PROFILE), trace_path=real_path, source="ngram",
-                                          budgets=[4, 8, 16], algos="sequoia,goose,chain"))
-    console.print(optimize_table(result))
-    best = result.comparison.scores[0]
-    tree_path = DEMO_DIR / "best-tree.json"
-    write_text_atomic(tree_path, best.tree.to_json())
-
-    drafter = "goose" if best.algo == "goose" else "ngram"
-    with console.status(f"3. decoding with {best.algo}'s tree (n = {best.tree.size})"):
+    result = json.loads(optimized.read_text())
+    best = result["results"][0]
+    tree_path = out / "best-tree.json"
+    write_text_atomic(tree_path, json.dumps(best["tree"]))
+    drafter = "goose" if best["algo"] == "goose" else "ngram"
+    with console.status(f"5. decoding with {best['algo']}'s tree (n = {best['n']})"):
         run = generate("tiny-code", drafter, REAL_PROMPTS, n=8, max_new=48, tree=tree_path,
                        seed=seed, verify_lossless=True, threads=1)
-    console.print(f"[bold]3. Real speculative decoding[/] on the same prompts with the "
-                  f"predicted best tree ({best.algo}, {tree_path})")
+    console.print(f"[bold]5. Real speculative decoding[/] on {REAL_PROMPTS} with this machine's "
+                  f"predicted best tree ({best['algo']}, {tree_path}), checked lossless")
     console.print(generate_table(run.to_dict()))
-    console.print(
-        f"tokens/step: replay predicted {best.replay_tokens:.2f}, measured "
-        f"{run.tokens_per_step:.2f}. Speedup: predicted {best.speedup:.2f}× on this machine's "
-        f"profile (stage 0), measured {run.speedup:.2f}× here."
-    )
+    console.print(f"tokens/step: replay predicted {best.get('replay_tokens', 0):.2f}, measured "
+                  f"{run.tokens_per_step:.2f}. Speedup: predicted {best['speedup']:.2f}× on this "
+                  f"machine's profile, measured {run.speedup:.2f}× here.")
