@@ -66,7 +66,9 @@ SIMULATION: dict[str, type] = {
     "slo_tpot_ms": float,
 }
 """Simulation settings a config may give, and their types (`SimulateRequest` fields)."""
-SIMULATE_METHODS = tuple(p for p in POLICIES if p != "static") + tuple(TREE_METHODS)
+SIMULATE_METHODS = tuple(dict.fromkeys([*(p for p in POLICIES if p != "static"), *TREE_METHODS]))
+"""Simulated methods: the simulator's policies (dyspec and specdecpp decide per step), and the
+tree methods, whose tree the static policy serves."""
 DEFAULT_CONTEXT = 512
 DEFAULT_MAX_DEPTH = 12
 WEIGHT_BITS = (16, 8, 4)

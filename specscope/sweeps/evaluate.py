@@ -45,6 +45,7 @@ from specscope.optimizers.compare import (
 )
 from specscope.optimizers.scoring import Pricing, score_tree
 from specscope.simulator.entities import kv_capacity
+from specscope.simulator.policies import POLICIES
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.sweeps.cells import NO_DRAFTER, Cell
 from specscope.trace import AcceptanceModel, Trace, replay
@@ -124,7 +125,7 @@ def _analytic(cell: Cell, trace: Trace | None) -> dict[str, Any]:
 def _simulated(cell: Cell, trace: Trace | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         tree_file = None
-        if cell.method in TREE_METHODS:  # served as a static tree
+        if cell.method not in POLICIES:  # a tree method: its tree served as a static tree
             tree_file = Path(folder) / "tree.json"
             tree_file.write_text(_tree(cell, _setup(cell, trace, _pricing(cell, trace)))[0]
                                  .to_json())
