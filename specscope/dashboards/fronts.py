@@ -8,13 +8,11 @@ import math
 import plotly.graph_objects as go
 import polars as pl
 
-from specscope.dashboards.load import Results
+from specscope.dashboards.load import Results, analytic_cells
 from specscope.dashboards.style import Section, colour, facets, finish, rows_of
 
-METHOD_COLUMNS = ("method", "algo", "policy")
-"""Sweep columns that may name the method, first found wins."""
-SWEEP_DIMENSIONS = ("target", "drafter", "runtime", "weight_bits", "batch", "rate")
-"""Sweep columns a Pareto panel takes the best over (those present)."""
+SLICE = ("target", "drafter", "runtime", "weight_bits", "tp", "batch", "context", "acceptance")
+"""Sweep columns that, with the hardware, fix one setup whose methods a panel compares."""
 PARETO_GUIDE = (
     "Each line is one tree-construction method; each point is the best tree it finds with at "
     "most that many tokens in the verification pass, priced on that hardware. A curve that "
@@ -25,9 +23,10 @@ PARETO_GUIDE = (
 )
 SIZE_GUIDE = (
     "Predicted tokens per second of every tree the methods chose, against its size. The star "
-    "is the tree optimize-tree recommends (best predicted speedup over all methods and "
-    "budgets). Look for where the curve bends: past it, each extra token of verification "
-    "costs more time than the expected accepted tokens it adds."
+    "is the recommended tree (best predicted speedup over all methods and budgets; for a "
+    "sweep, the hardware's best cell, its panel the setup of that cell). Look for where the "
+    "curve bends: past it, each extra token of verification costs more time than the expected "
+    "accepted tokens it adds."
 )
 
 
@@ -50,49 +49,82 @@ def optimize_rows(results: Results) -> pl.DataFrame:
     return pl.DataFrame(rows, schema_overrides={"budget": pl.Int64}, infer_schema_length=None)
 
 
-def sweep_fronts(results: Results) -> pl.DataFrame:
-    """From sweeps with hardware, method, budget and speedup columns: the best speedup per
-    (hardware, method, budget) over the sweep's other dimensions, one panel per hardware."""
-    frames = []
+def _analytic_sweeps(results: Results) -> list[tuple[str, pl.DataFrame, list[str]]]:
+    """(file, analytic cells, the `SLICE` columns it has) of each sweep with analytic cells."""
+    out = []
     for path, sweep in results.sweeps:
-        method = next((c for c in METHOD_COLUMNS if c in sweep.columns), None)
-        if method is None or "budget" not in sweep.columns:
-            continue
-        over = [c for c in SWEEP_DIMENSIONS if c in sweep.columns and sweep[c].n_unique() > 1]
-        note = f" · best over {', '.join(over)}" if over else ""
+        cells = analytic_cells(sweep)
+        if cells.height:
+            out.append((results.name(path), cells, [c for c in SLICE if c in cells.columns]))
+    return out
+
+
+def sweep_fronts(results: Results) -> pl.DataFrame:
+    """From analytic sweeps: per (hardware, method, budget) the best cell over the sweep's other
+    dimensions at its smallest batch, one panel per hardware; `detail` names the cell."""
+    frames = []
+    for file, cells, fixed in _analytic_sweeps(results):
         frames.append(
-            sweep.drop_nulls("speedup")
-            .group_by("hardware", method, "budget")
-            .agg(pl.col("speedup").max())
-            .select(panel=pl.format("{} (sweep{})", "hardware", pl.lit(note)),
-                    file=pl.lit(results.name(path)), budget=pl.col("budget").cast(pl.Int64),
-                    algo=pl.col(method).cast(pl.String), speedup=pl.col("speedup"))
-        )
-    return pl.concat(frames) if frames else pl.DataFrame()
+            cells.sort("speedup", descending=True).group_by("hardware", "method", "budget")
+            .first().select(
+                panel=pl.format("{} (sweep, batch {})", "hardware", "batch"),
+                file=pl.lit(file), budget="budget", algo="method",
+                speedup="speedup", n="n", depth="depth", tokens_per_s="tokens_per_s",
+                step_time_ms="step_time_ms",
+                detail=pl.concat_str([pl.col(c).cast(pl.String) for c in fixed],
+                                     separator=" · ", ignore_nulls=True)))
+    return pl.concat(frames).sort("panel") if frames else pl.DataFrame()
+
+
+def sweep_sizes(results: Results) -> pl.DataFrame:
+    """From analytic sweeps, per hardware: every method and budget of the setup (`SLICE`)
+    holding the hardware's best cell, that cell `chosen`; the `optimize_rows` columns."""
+    frames = []
+    for file, cells, fixed in _analytic_sweeps(results):
+        best = cells.sort("speedup", descending=True).group_by("hardware").first().sort(
+            "hardware")
+        for cell in best.iter_rows(named=True):
+            part = cells.filter(pl.col("hardware") == cell["hardware"],
+                                *(pl.col(c).eq_missing(cell[c]) for c in fixed))
+            frames.append(part.select(
+                panel=pl.lit(f"{cell['hardware']} · {_setup(cell)} (sweep)"),
+                file=pl.lit(file), budget="budget", algo="method", n="n",
+                depth="depth", expected_tokens="expected_tokens", step_time_ms="step_time_ms",
+                tokens_per_s="tokens_per_s", speedup="speedup",
+                chosen=pl.col("key") == cell["key"]))
+    return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
+
+
+def _setup(cell: dict) -> str:
+    """A sweep cell's target, drafter and runtime, and its tp and weight bits where not 1, 16."""
+    words = [str(cell[c]) for c in ("target", "drafter", "runtime") if cell.get(c)]
+    words += [f"tp {cell['tp']}"] if cell.get("tp", 1) != 1 else []
+    words += [f"{cell['weight_bits']}-bit"] if cell.get("weight_bits", 16) != 16 else []
+    return " · ".join(words)
 
 
 def pareto_section(results: Results) -> Section:
     """Speedup against budget per method, one panel per hardware (and target, drafter)."""
     title = "Speedup against verification budget, per method and hardware"
+    columns = ["panel", "file", "budget", "algo", "speedup", "n", "depth", "tokens_per_s",
+               "step_time_ms"]
     opt = optimize_rows(results) if results.optimized else pl.DataFrame()
     fronts = pl.concat([
-        opt.filter(pl.col("budget").is_not_null()).select("panel", "file", "budget", "algo",
-                                                          "speedup")
-        if opt.height else pl.DataFrame(),
+        opt.filter(pl.col("budget").is_not_null()).select(columns) if opt.height
+        else pl.DataFrame(),
         sweep_fronts(results),
     ], how="diagonal_relaxed")
     if fronts.height == 0:
         return Section("pareto", title, PARETO_GUIDE, note="needs optimize-tree output with "
-                       "--budgets (several budgets) or a sweep parquet")
-    hover = _hover(opt, fronts)
+                       "--budgets (several budgets) or an analytic sweep")
+    hover = _hover(fronts)
     panels = fronts["panel"].unique(maintain_order=True).to_list()
     fig, positions = facets(panels)
     seen: set[str] = set()
     for (row, col), panel in zip(positions, panels, strict=True):
         part = hover.filter(pl.col("panel") == panel).sort("algo", "budget")
         _method_lines(fig, part, "budget", "speedup", row, col, seen)
-        budgets = sorted(part["budget"].unique().to_list())
-        fig.update_xaxes(type="log", tickvals=budgets, ticktext=[str(b) for b in budgets],
+        fig.update_xaxes(type="log", tickvals=size_ticks(part["budget"].to_list()),
                          title_text="budget: tree size n ≤ (tokens)", row=row, col=col)
         fig.update_yaxes(title_text="speedup (×)" if col == 1 else None, row=row, col=col)
     fig.add_hline(y=1, line={"dash": "dot", "color": "grey"}, row="all", col="all")
@@ -113,41 +145,37 @@ def _method_lines(fig: go.Figure, part: pl.DataFrame, x: str, y: str, row: int, 
         seen.add(algo)
 
 
-def _hover(opt: pl.DataFrame, fronts: pl.DataFrame) -> pl.DataFrame:
-    """The fronts with a hover text: the chosen tree's size, depth, tokens/s and step time where
-    the optimize-tree output gives them."""
-    if opt.height:
-        fronts = fronts.join(opt.select("panel", "budget", "algo", "n", "depth", "tokens_per_s",
-                                        "step_time_ms"),
-                             on=["panel", "budget", "algo"], how="left")
-    else:
-        fronts = fronts.with_columns(n=None, depth=None, tokens_per_s=None, step_time_ms=None)
+def _hover(fronts: pl.DataFrame) -> pl.DataFrame:
+    """The fronts with a hover text: the tree's size, depth, tokens/s and step time, and for a
+    sweep the setup of its best cell (`detail`)."""
+    if "detail" not in fronts.columns:
+        fronts = fronts.with_columns(detail=pl.lit(None, pl.String))
     return fronts.with_columns(hover=pl.format(
-        "<b>{}</b> · {}<br>budget n ≤ {} tokens<br>predicted speedup {}×", "algo", "panel",
-        "budget", pl.col("speedup").round(2)) + pl.when(pl.col("n").is_not_null()).then(
-        pl.format("<br>its tree: n = {}, depth {}<br>{} tokens/s predicted, step {} ms",
-                  pl.col("n").round(1), pl.col("depth").round(1),
-                  pl.col("tokens_per_s").round(0).cast(pl.Int64),
-                  pl.col("step_time_ms").round(3))).otherwise(pl.lit("")))
+        "<b>{}</b> · {}<br>budget n ≤ {} tokens<br>predicted speedup {}×<br>its tree: n = {}, "
+        "depth {}<br>{} tokens/s predicted, step {} ms", "algo", "panel", "budget",
+        pl.col("speedup").round(2), pl.col("n").round(1), pl.col("depth").round(1),
+        pl.col("tokens_per_s").round(0).cast(pl.Int64), pl.col("step_time_ms").round(3))
+        + pl.format("<br>best cell: {}", "detail").fill_null(""))
 
 
 def size_ticks(sizes: list[float]) -> list[float]:
-    """Tick positions of a log tree-size axis: the sizes themselves when few, else powers of 2."""
-    distinct = sorted(set(sizes))
-    if len(distinct) <= 8:
-        return distinct
-    return [2.0**k for k in range(12) if min(distinct) / 2 < 2**k < max(distinct) * 2]
+    """Tick positions of a log tree-size axis: the powers of 2 within the sizes' range, or the
+    sizes themselves when that range holds fewer than two."""
+    low, high = min(sizes), max(sizes)
+    powers = [2.0**k for k in range(16) if low <= 2**k <= high]
+    return powers if len(powers) >= 2 else sorted(set(sizes))
 
 
 def size_section(results: Results) -> Section:
     """Predicted tokens/s against tree size, per method, the recommended tree starred."""
     title = "Tokens per second against tree size, recommended tree starred"
-    if not results.optimized:
+    every = pl.concat([optimize_rows(results) if results.optimized else pl.DataFrame(),
+                       sweep_sizes(results)], how="diagonal_relaxed")
+    if every.height == 0:
         return Section("size", title, SIZE_GUIDE, note="needs optimize-tree output "
-                       "(optimize-tree --json -o DIR/trees.json)")
-    rows = optimize_rows(results).unique(["panel", "algo", "n"], keep="first",
-                                         maintain_order=True)
-    chosen_rows = optimize_rows(results).filter("chosen")
+                       "(optimize-tree --json -o DIR/trees.json) or an analytic sweep")
+    rows = every.unique(["panel", "algo", "n"], keep="first", maintain_order=True)
+    chosen_rows = every.filter("chosen")
     panels = rows["panel"].unique(maintain_order=True).to_list()
     fig, positions = facets(panels)
     seen: set[str] = set()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import polars as pl
 
-from specscope.dashboards.load import Results, profiles
+from specscope.dashboards.load import Results, analytic_cells, profiles
 from specscope.dashboards.style import Section, finish
 from specscope.hw_profiles import CostModel, HardwareProfile
 from specscope.models import get_model, list_models
@@ -36,7 +36,7 @@ GUIDE = (
     "speculation on that machine, down a column to see which hardware and runtime make it pay. "
     "4-bit weights make the target's autoregressive step cheaper, so the same tree often gains "
     "less; state-space targets pay per token of the tree, so their gains shrink on fast "
-    "hardware. Blank cells: the target does not fit in the device's memory."
+    "hardware. “no fit”: the target and drafter do not fit in the device's memory."
 )
 
 
@@ -55,26 +55,26 @@ def hardware_section(results: Results) -> Section:
 
 
 def sweep_table(results: Results) -> tuple[pl.DataFrame | None, str, tuple[str, ...]]:
-    """The best speedup per (hardware, runtime, target, weight bits) of the sweeps that have
-    those columns (a missing runtime or weight bits column counts as one value)."""
+    """The best analytic cell per (hardware, runtime, target, weight bits) of the sweeps, at
+    their smallest batch; a combination whose every cell was skipped keeps the first reason."""
     frames, files = [], []
+    keys = ("hardware", "runtime", "target", "weight_bits")
     for path, sweep in results.sweeps:
-        if "target" not in sweep.columns:
+        cells = analytic_cells(sweep)
+        if cells.height == 0 or not set(keys) <= set(cells.columns):
             continue
-        keys = {"runtime": pl.lit("default"), "weight_bits": pl.lit(16)}
-        frame = sweep.with_columns(
-            **{k: pl.col(k) if k in sweep.columns else v for k, v in keys.items()})
-        extra = [c for c in ("n", "depth", "tokens_per_s") if c in sweep.columns]
-        frames.append(frame.drop_nulls("speedup").sort("speedup", descending=True)
-                      .group_by("hardware", "runtime", "target", "weight_bits")
-                      .first().select("hardware", "runtime", "target", "weight_bits",
-                                      "speedup", *extra))
+        best = (cells.sort("speedup", descending=True).group_by(keys).first()
+                .select(*keys, "speedup", "n", "depth", "tokens_per_s", "drafter", "method"))
+        skipped = (sweep.filter(pl.col("status") == "skipped", pl.col("mode") == "analytic")
+                   .group_by(keys).agg(pl.col("reason").first())
+                   .join(best, on=list(keys), how="anti"))
+        frames += [best, skipped]
         files.append(results.name(path))
-    if not frames:
+    if not files:
         return None, "", ()
-    table = pl.concat(frames, how="diagonal_relaxed").with_columns(fits=pl.lit(True))
-    return table, "From the sweep: each cell is its best over the other dimensions.", \
-        tuple(files)
+    return (pl.concat(frames, how="diagonal_relaxed"),
+            "From the sweep: each cell is its best method, budget, drafter and tensor-parallel "
+            "degree at the sweep's smallest batch.", tuple(files))
 
 
 def analytic_table(results: Results) -> tuple[pl.DataFrame, str, tuple[str, ...]] | None:
@@ -111,10 +111,12 @@ def _cell(label: str, hw: HardwareProfile, runtime: str, target: str, bits: int,
     tokens = context + max(BUDGETS)
     memory = target_cost.memory_bytes(1, tokens) + drafter_cost.memory_bytes(1, tokens)
     row: dict[str, object] = {"hardware": label, "runtime": runtime, "target": target,
-                              "weight_bits": bits, "fits": memory <= hw.memory_bytes,
-                              "memory_gb": memory / 1e9, "speedup": None, "n": None,
-                              "depth": None, "tokens_per_s": None}
-    if row["fits"]:
+                              "weight_bits": bits, "speedup": None, "n": None, "depth": None,
+                              "tokens_per_s": None, "reason": None}
+    if memory > hw.memory_bytes:
+        row["reason"] = (f"needs {memory / 1e9:.1f} GB with the drafter: does not fit in "
+                         f"{hw.memory_bytes / 1e9:.0f} GB")
+    else:
         pricing = Pricing(target_cost, drafter_cost, context)
         setup = Setup(p=model.p, source=model.source, pricing=pricing, max_depth=MAX_DEPTH)
         best = compare(setup, [DP_REFERENCE], budgets=list(BUDGETS)).scores[0]
@@ -146,8 +148,8 @@ def _heatmap(table: pl.DataFrame) -> go.Figure:
                     for label, line in zip(labels, grid, strict=True)],
         hovertemplate="%{customdata}<extra></extra>", colorscale="Viridis", xgap=2, ygap=2,
         colorbar={"title": {"text": "speedup (×)"}}))
-    fig.update_yaxes(autorange="reversed", title_text="hardware · runtime")
-    fig.update_xaxes(side="top", title_text="target · weight format")
+    fig.update_yaxes(autorange="reversed", title_text="hardware · runtime", showgrid=False)
+    fig.update_xaxes(side="top", title_text="target · weight format", showgrid=False)
     finish(fig, height=40 * len(rows))
     return fig.update_layout(margin={"t": 120})  # the column labels sit on top
 
@@ -160,7 +162,7 @@ def _text(cell: dict | None) -> str:
     if not cell:
         return ""
     if cell["speedup"] is None:
-        return "no fit"
+        return "no fit" if "fit" in str(cell.get("reason")) else "skipped"
     size = f"<br>n={cell['n']:g}" if cell.get("n") is not None else ""
     return f"{cell['speedup']:.2f}×{size}"
 
@@ -170,8 +172,9 @@ def _hover(row: str, column: str, cell: dict | None) -> str:
     if not cell:
         return f"{head}<br>not in the results"
     if cell["speedup"] is None:
-        return f"{head}<br>needs {cell['memory_gb']:.1f} GB: does not fit in device memory"
+        return f"{head}<br>{cell.get('reason')}"
     detail = "".join(f"<br>{label} {cell[k]:{fmt}}" for k, label, fmt in (
-        ("n", "best tree size n =", "g"), ("depth", "depth", "g"),
-        ("tokens_per_s", "tokens/s predicted:", ",.0f")) if cell.get(k) is not None)
+        ("method", "method", "s"), ("drafter", "drafter", "s"), ("n", "tree size n =", "g"),
+        ("depth", "depth", "g"), ("tokens_per_s", "tokens/s predicted:", ",.0f"))
+        if cell.get(k) is not None)
     return f"{head}<br>best speedup {cell['speedup']:.2f}×{detail}"

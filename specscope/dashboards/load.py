@@ -210,6 +210,18 @@ def ok_rows(sweep: pl.DataFrame) -> pl.DataFrame:
     return sweep.filter(pl.col("status") == "ok") if "status" in sweep.columns else sweep
 
 
+def analytic_cells(sweep: pl.DataFrame) -> pl.DataFrame:
+    """The analytic cells of a sweep that ran, at its smallest batch (speculation's best case),
+    with the optimize-tree names for tree size and depth (`n`, `depth`)."""
+    if "speedup" not in sweep.columns:
+        return pl.DataFrame()
+    cells = ok_rows(sweep).filter(pl.col("speedup").is_not_null())
+    if "batch" in cells.columns and cells.height:
+        cells = cells.filter(pl.col("batch") == pl.col("batch").min())
+    return cells.rename({k: v for k, v in (("tree_size", "n"), ("tree_depth", "depth"))
+                         if k in cells.columns})
+
+
 def _read(path: Path) -> pl.DataFrame:
     try:
         return pl.read_parquet(path)

@@ -20,9 +20,10 @@ PANEL_HEIGHT = 330
 """Pixels per row of facet panels."""
 COLUMNS = 3
 """Facet panels per row."""
-PALETTE = qualitative.D3 + qualitative.Dark24
-KNOWN = (*METHOD_NAMES, "none", "static", "smartspec", "ets-batch")
+KNOWN = (*METHOD_NAMES, "smartspec", "none", "static", "ets-batch")
 """Methods and serving policies: a policy named like a method (dyspec) gets its colour."""
+PALETTE = [*qualitative.D3, "#000000", "#393B79", "#B8860B", *qualitative.Dark24]
+"""The first `len(KNOWN)` colours are the known names', each distinct; `none` is black."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from specscope.dashboards.load import Results
+from specscope.dashboards.load import Results, analytic_cells
 from specscope.dashboards.style import Section, colour, facets, finish, rows_of
 from specscope.optimizers.compare import DP_REFERENCE
 from specscope.tree import ROOT_SOURCE, Tree
@@ -15,11 +15,12 @@ LABELLED = 40
 """Trees up to this size print each node's candidate rank inside it."""
 GUIDE = (
     "The recommended tree of each optimize-tree result (and Sequoia's exact optimum where it "
-    "differs), plus any tree file in the folder. The root is the last committed token; each row "
-    "below it is one drafted level, and the number in a node is its candidate rank (1 = the "
-    "drafter's best guess for that position). All nodes are verified in one target pass. Look "
-    "at the shape: a long spine means rank-1 guesses are reliable; wide top levels mean the "
-    "drafter's first guess is often wrong and its runners-up are worth checking."
+    "differs), any tree file in the folder, and each hardware's best tree in a sweep. The root is "
+    "the last committed token; each row below it is one drafted level, and the number in a node is "
+    "its candidate rank (1 = the drafter's best guess for that position). All nodes are verified "
+    "in one target pass. Look at the shape: a long spine means rank-1 guesses are reliable; wide "
+    "top levels mean the drafter's first guess is often wrong and its runners-up are worth "
+    "checking."
 )
 
 
@@ -56,6 +57,15 @@ def chosen_trees(results: Results) -> list[tuple[str, Tree, str]]:
     for path, tree in results.trees:
         out.append((f"{results.name(path)}<br>n = {tree.size}, depth {tree.depth}", tree,
                     results.name(path)))
+    for path, sweep in results.sweeps:
+        cells = analytic_cells(sweep)
+        if cells.height and "tree" in cells.columns:
+            best = cells.sort("speedup", descending=True).group_by("hardware",
+                                                                   maintain_order=True).first()
+            out += [(f"best on {c['hardware']} (sweep): {c['method']}, n = {c['n']:g}, depth "
+                     f"{c['depth']:g}, {c['speedup']:.2f}×<br>{c['target']} · draft "
+                     f"{c['drafter']} · {c['runtime']}", Tree.from_json(c["tree"]),
+                     results.name(path)) for c in best.iter_rows(named=True)]
     return out[:MAX_TREES]
 
 
