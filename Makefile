@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,18 @@ $(RAY_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(BIN)/specscope demo
 
-test: $(RAY_STAMP)
+# the dashboard's browser test opens the report in Debian's headless Chromium
+chromium:
+	@command -v chromium >/dev/null || { \
+	  echo "installing chromium (apt-get) for the dashboard's browser test"; \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  $$sudo apt-get install -y -q chromium >/dev/null 2>&1 \
+	  || { $$sudo apt-get update -q >/dev/null 2>&1 \
+	       && $$sudo apt-get install -y -q chromium >/dev/null 2>&1; } \
+	  || echo "could not install chromium with apt-get (it needs Debian or Ubuntu, and root or sudo):" \
+	          "the browser test will fail; install it, or set SPECSCOPE_SKIP_BROWSER=1 to skip it"; }
+
+test: $(RAY_STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -n 2 --durations=10
 
