@@ -314,30 +314,35 @@ def test_the_cli_prints_a_summary_and_json(capsys: pytest.CaptureFixture[str],
 
 
 @pytest.mark.slow
-def test_ray_gives_the_local_table(tmp_path: Path) -> None:
+def test_ray_gives_the_local_table_for_the_example_and_simulated_cells(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
-    config = _write(tmp_path, SMALL + """
-        [[grid]]
-        name = "simulated"
+    simulated = _write(tmp_path, """
         mode = "simulate"
-        hardware = "h100"
-        target = "llama-3.1-8b"
-        drafter = "llama-68m"
-        method = ["none", "sequoia", "smartspec"]
-        budget = 8
-        rate = 20.0
-        [grid.simulation]
+        acceptance = [0.6, 0.2, 0.1]
+        [simulation]
         requests = 20
         output_len = "32"
+        [[grid]]
+        hardware = ["h100", "cpu-2core"]
+        target = "llama-3.1-8b"
+        drafter = "llama-68m"
+        method = ["none", "sequoia", "dyspec", "smartspec"]
+        budget = 8
+        rate = 20.0
         """)
-    local = run_sweep(config, output=tmp_path / "local.parquet")
+    configs = {"example": EXAMPLES / "sweep.toml", "simulated": simulated}
+    local = {name: run_sweep(c, output=tmp_path / f"{name}-local.parquet")
+             for name, c in configs.items()}
     ray.init(num_cpus=2, include_dashboard=False)
     try:
-        remote = run_sweep(config, engine="ray", output=tmp_path / "ray.parquet")
+        remote = {name: run_sweep(c, engine="ray", output=tmp_path / f"{name}-ray.parquet")
+                  for name, c in configs.items()}
     finally:
         ray.shutdown()
-    assert remote.computed == local.computed == 128 + 3
-    assert _without_run_id(remote.table).equals(_without_run_id(local.table))
+    assert local["example"].cells >= 5000 and local["simulated"].cells == 2 * 4
+    for name in configs:
+        assert remote[name].computed == local[name].computed == local[name].cells
+        assert _without_run_id(remote[name].table).equals(_without_run_id(local[name].table))
 
 
 @pytest.mark.slow

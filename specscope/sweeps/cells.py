@@ -103,7 +103,7 @@ def _grid_cells(grid: Grid, config: SweepConfig) -> Iterator[Cell]:
         context = None
     elif context is None:
         assert grid.trace is not None
-        context = round(config.traces[grid.trace].mean_context_len)
+        context = int(config.traces[grid.trace].mean_context_len)  # as optimize-tree takes it
     for values in itertools.product(*(grid.axes[a] for a in ORDER)):
         p = dict(zip(ORDER, values, strict=True))
         default_runtime, profile = profiles[p["hardware"]]

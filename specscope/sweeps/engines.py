@@ -6,6 +6,10 @@ worker caches. Simulated cells take from tenths of a second to seconds, one per 
 finished batch is handed to `done` at once, which appends it to the results, so a kill loses
 only the batches in flight. Both engines run the same `evaluate_batch` on the same cells, whose
 results depend only on the cells: the tables are identical.
+
+On a Ray cluster every node needs the same specscope installed: traces travel through the object
+store, but hardware profiles are loaded by name on the workers (a profile given as a .toml path,
+or one in a user profile folder, must exist there too).
 """
 
 from __future__ import annotations
