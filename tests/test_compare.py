@@ -55,7 +55,8 @@ def test_hardware_aware_choice_prefers_small_trees_on_the_edge_cpu() -> None:
 def test_pricing_adds_the_loop_slowdowns_and_the_sampled_rule_where_they_are_paid() -> None:
     import dataclasses
 
-    base = load_profile("cpu-2core")
+    base = dataclasses.replace(load_profile("cpu-2core"), draft_cold_s=0.0, verify_cold_s=0.0,
+                               sampled_verify_host_s=0.0)
     hw = dataclasses.replace(base, draft_cold_s=1e-3, verify_cold_s=2e-3,
                              sampled_verify_host_s=base.verify_host_s + 4e-3)
 
