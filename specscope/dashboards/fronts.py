@@ -159,10 +159,10 @@ def _hover(fronts: pl.DataFrame) -> pl.DataFrame:
 
 
 def size_ticks(sizes: list[float]) -> list[float]:
-    """Tick positions of a log tree-size axis: the powers of 2 within the sizes' range, or the
-    sizes themselves when that range holds fewer than two."""
+    """Tick positions of a log tree-size axis: the powers of 2 near the sizes' range, or the
+    sizes themselves when fewer than two are near."""
     low, high = min(sizes), max(sizes)
-    powers = [2.0**k for k in range(16) if low <= 2**k <= high]
+    powers = [2.0**k for k in range(16) if low / 2 < 2**k < high * 2]  # the axis clips
     return powers if len(powers) >= 2 else sorted(set(sizes))
 
 

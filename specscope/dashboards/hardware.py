@@ -79,13 +79,16 @@ def sweep_table(results: Results) -> tuple[pl.DataFrame | None, str, tuple[str, 
 
 def analytic_table(results: Results) -> tuple[pl.DataFrame, str, tuple[str, ...]] | None:
     """Every profile (the folder's, then the shipped ones) × runtime × `TARGETS` ×
-    `WEIGHT_BITS`, priced with the acceptance of the first trace's draft-model source (else its
-    first source)."""
+    `WEIGHT_BITS`, priced with the acceptance of `DRAFTER` in the first trace that has it (else
+    the first trace's first draft-model source, else its first source)."""
     if not results.traces:
         return None
-    path, trace = results.traces[0]
+    own = f"draft:{DRAFTER}"
+    path, trace = next(((p, t) for p, t in results.traces if own in trace_sources(t)),
+                       results.traces[0])
     sources = trace_sources(trace)
-    source = next((s for s in sources if s.startswith("draft:")), sources[0])
+    source = own if own in sources else next((s for s in sources if s.startswith("draft:")),
+                                             sources[0])
     model = AcceptanceModel.from_trace(trace, source)
     context = int(trace.mean_context_len)
     rows = [_cell(label, hw, runtime, target, bits, model, context)

@@ -119,5 +119,5 @@ def _section(number: int, section: Section) -> str:
 def _files(results: Results) -> str:
     ignored = "".join(f"<tr><td><code>{html.escape(results.name(p))}</code></td>"
                       f"<td>{html.escape(why)}</td></tr>" for p, why in results.ignored)
-    return f"<p class='files'>Ignored:</p><table class='files'>{ignored}</table>" if ignored \
-        else ""
+    return (f"<details><summary class='files'>Ignored files ({len(results.ignored)})</summary>"
+            f"<table class='files'>{ignored}</table></details>") if ignored else ""

@@ -80,17 +80,22 @@ def serving_section(results: Results) -> Section:
                                           ("p50_tpot_ms", 2), ("p99_tpot_ms", 2),
                                           ("p50_ttft_ms", 1), ("p99_latency_s", 3),
                                           ("mean_accepted", 2), ("mean_batch", 1))), "file"))
-    panels = table["panel"].unique(maintain_order=True).to_list()
-    fig, positions = facets(panels)
+    setups = table["panel"].unique(maintain_order=True).to_list()
+    metrics = [("p50_tpot_ms", "median time per output token (ms)")]
+    if len(setups) == 1:  # room for the tail as well
+        metrics.append(("p99_latency_s", "p99 request latency (s)"))
+    panels = [(setup, metric) for setup in setups for metric in metrics]
+    fig, positions = facets([f"{setup}<br>{label}" if len(metrics) > 1 else setup
+                             for setup, (_, label) in panels])
     seen: set[str] = set()
-    for (row, col), panel in zip(positions, panels, strict=True):
-        part = table.filter(pl.col("panel") == panel).sort("policy", "rate")
+    for (row, col), (setup, (metric, label)) in zip(positions, panels, strict=True):
+        part = table.filter(pl.col("panel") == setup).sort("policy", "rate")
         for (policy,), runs in part.group_by("policy", maintain_order=True):
             budgets = sorted(part.filter(pl.col("method") == runs["method"][0])["budget"]
                              .drop_nulls().unique().to_list())
             budget = runs["budget"][0]
             fig.add_trace(go.Scatter(
-                x=runs["throughput_tok_s"], y=runs["p50_tpot_ms"], mode="lines+markers",
+                x=runs["throughput_tok_s"], y=runs[metric], mode="lines+markers",
                 name=policy, legendgroup=policy, showlegend=policy not in seen,
                 marker={"size": 7}, line={"color": colour(runs["method"][0]), "dash": DASHES[
                     budgets.index(budget) % len(DASHES) if budget in budgets else 0]},
@@ -98,7 +103,7 @@ def serving_section(results: Results) -> Section:
             seen.add(policy)
         fig.update_xaxes(title_text="throughput (generated tokens/s)", rangemode="tozero",
                          row=row, col=col)
-        fig.update_yaxes(title_text="median time per output token (ms)" if col == 1 else None,
+        fig.update_yaxes(title_text=label if col == 1 or len(metrics) > 1 else None,
                          rangemode="tozero", row=row, col=col)
     finish(fig, rows_of(positions), legend="policy", legend_rows=1 + len(seen) // 8)
     return Section("serving", title, GUIDE, fig, tuple(table["file"].unique().sort()))

@@ -29,8 +29,10 @@ GUIDE = (
     "90th-percentile (lighter) relative error, printed in each panel's corner. Tokens per "
     "step tests the acceptance model, step time the hardware profile; tokens per second "
     "combines both. Points far outside the bands "
-    "name the configurations the model gets wrong (hover: which component carries the miss). "
-    "Benchmark rows (verification passes alone, timed by benchmarks/gpu_verify.py) test the "
+    "name the configurations the model gets wrong (hover: which component carries the miss)."
+)
+BENCHMARK_GUIDE = (
+    " Benchmark rows (verification passes alone, timed by benchmarks/gpu_verify.py) test the "
     "cost model of the profile measured on that device."
 )
 
@@ -122,7 +124,8 @@ def validation_section(results: Results) -> Section:
     finish(fig, height=420, legend="run", legend_rows=len(runs) + 1)
     labels = [r.label for r in runs]
     gpu = any(word in label.lower() for label in labels for word in ("cuda", "nvidia", "gpu"))
-    guide = GUIDE + f" Runs: {'; '.join(labels)}." + (
+    guide = GUIDE + (BENCHMARK_GUIDE if len(runs) > len(results.validations) else "") + (
+        f" Runs: {'; '.join(labels)}.") + (
         "" if gpu else " No GPU run is in this folder (validate --device cuda, or "
         "benchmarks/gpu_verify.py on a GPU).")
     return Section("validation", title, guide, fig,
