@@ -12,7 +12,7 @@ skipped) and recognised as:
 - a sweep (`specscope sweep`): a parquet of one row per cell with `hardware` and `speedup` or
   `throughput_tok_s` columns;
 - a trace: schema-v1 parquet (`specscope collect`, `trace synth`);
-- a benchmark: `benchmarks/results/*.json` (provenance and rows);
+- a benchmark with verification step times: `benchmarks/results/gpu_verify-*.json`;
 - a hardware profile: a TOML with `[compute]` and `[memory]` tables (`profile-hw`).
 
 A file that cannot be parsed is an `InputError` naming it; a parseable file of none of these
@@ -145,8 +145,10 @@ def _json(path: Path, results: Results) -> None:
         frame = _frame(doc["configs"], path, VALIDATE_COLUMNS)
         label = " · ".join(str(doc[k]) for k in ("hardware", "device", "runtime") if doc.get(k))
         results.validations.append(ValidationRun(path, label or path.stem, frame))
-    elif "provenance" in doc and ("steps" in doc or "sets" in doc):
+    elif "provenance" in doc and "steps" in doc:
         results.benchmarks.append((path, doc))
+    elif "provenance" in doc:
+        results.ignored.append((path, "benchmark without verification step times (not drawn)"))
     else:
         results.ignored.append((path, "JSON of no known kind"))
 
