@@ -1,0 +1,245 @@
+"""Measuring commands: real torch runs (profile-hw, validate, generate, collect, zoo train) and
+synthetic traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specscope.cli.common import Hw, _emit, _progress, console
+from specscope.errors import InputError
+from specscope.tables import generate_table
+
+
+def profile_hw(
+    name: Annotated[str, typer.Option(help="Profile name (--hw NAME finds it afterwards).")],
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    runtime: Annotated[list[str] | None, typer.Option(
+        help="eager, graph (cuda), compile; repeat or comma-separate (default: all the device "
+             "runs).")] = None,
+    quick: Annotated[bool, typer.Option(help="A small grid (under ~2.5 minutes on 2 CPU "
+                                             "cores).")] = False,
+    threads: Annotated[int, typer.Option(help="torch CPU threads (the executor benchmarks and "
+                                              "the demo run 1).")] = 1,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Profile TOML to write "
+                                                "(default: the user profile directory).")] = None,
+) -> None:
+    """Measure this machine's step times, fit each runtime's cost terms, write a profile."""
+    from specscope.hw_profiles.calibrate import profile_hw as run_profile_hw
+
+    runtimes = [r.strip() for item in runtime or [] for r in item.split(",") if r.strip()]
+    command = (f"specscope profile-hw --name {name} --device {device} --threads {threads}"
+               + "".join(f" --runtime {r}" for r in runtimes) + (" --quick" if quick else ""))
+    with _progress("profiling") as bar:
+        task = bar.add_task("profiling", total=None)
+        result = run_profile_hw(
+            name, device, runtimes, quick, threads, output,
+            progress=lambda done, total, _: bar.update(task, completed=done, total=total),
+            command=command)
+    for fit in result.fits.values():
+        console.print(f"{fit.runtime}: held-out error median {fit.heldout_median_rel_err:.1%}, "
+                      f"max {fit.heldout_max_rel_err:.1%} ({fit.held_out} points; "
+                      f"{fit.points} fitted)")
+    console.print(f"wrote {result.path} in {result.wall_s:.0f} s; use it with --hw {name}")
+
+
+def trace_synth(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Parquet file to write.")],
+    requests: Annotated[int, typer.Option(help="Requests to generate.")] = 32,
+    length: Annotated[int, typer.Option(help="Generated positions per request.")] = 256,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    sources: Annotated[str, typer.Option(help="Comma-separated drafter sources.")] = (
+        "draft:llama-68m,ngram,recycle"
+    ),
+    k: Annotated[int, typer.Option("-k", help="Candidates per position.")] = 8,
+) -> None:
+    """Write a synthetic schema-v1 trace with documented, tunable acceptance behaviour."""
+    from specscope.trace import synth_trace, write_trace
+
+    names = tuple(s.strip() for s in sources.split(",") if s.strip())
+    trace = synth_trace(requests=requests, seed=seed, sources=names, length=length, k=k)
+    write_trace(trace, output)
+    console.print(f"wrote {trace.df.height} rows ({requests} requests × {length} positions × "
+                  f"{len(names)} sources) to {output}")
+
+
+def generate(
+    model: Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")],
+    drafter: Annotated[str, typer.Option(help="draft, ngram, suffix, recycle or goose.")],
+    prompts: Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a "
+                                              ".jsonl file.")],
+    n: Annotated[int, typer.Option(help="Prompts to decode.")] = 8,
+    max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 64,
+    draft_model: Annotated[str | None, typer.Option(help="Draft model (default: "
+                                                         "tiny-code-draft).")] = None,
+    algo: Annotated[str | None, typer.Option(help="sequoia, dyspec, specdecpp, goose, chain, "
+                                                  "...")] = None,
+    budget: Annotated[int | None, typer.Option(help="Tree size n (root included).")] = None,
+    tree: Annotated[Path | None, typer.Option(help="A tree JSON from optimize-tree -o.")] = None,
+    ssm_verify: Annotated[str, typer.Option(help="SSM tree verification: stree or naive.")] = (
+        "stree"
+    ),
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    rule: Annotated[str | None, typer.Option(help="greedy, deterministic, specinfer or "
+                                                  "sequoia (sampling rules).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
+    verify_lossless: Annotated[bool, typer.Option(help="Check the output against "
+                                                       "autoregressive greedy.")] = False,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto (cuda when available).")] = (
+        "auto"
+    ),
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+    runtime: Annotated[str | None, typer.Option(help="eager, graph (CUDA graphs) or compile "
+                                                     "(default: graph on cuda, eager on cpu).")
+                       ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Real speculative decoding against autoregressive decoding, in one process."""
+    from specscope.executor.generate import generate as run_generate
+    from specscope.executor.runtime import Runtime
+
+    chosen = Runtime.resolve(device, dtype, runtime)
+    with _progress("decoding") as bar:
+        task = bar.add_task("decoding", total=None)
+        result = run_generate(
+            model, drafter, prompts, n, max_new, draft_model=draft_model, algo=algo,
+            budget=budget, tree=tree, ssm_verify=ssm_verify, temperature=temperature, seed=seed,
+            rule=rule, verify_lossless=verify_lossless, threads=threads,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            runtime=chosen,
+        )
+    if as_json:
+        _emit(result.to_dict(), True, None)
+    else:
+        console.print(generate_table(result.to_dict()))
+
+
+def validate(
+    hw: Hw,
+    model: Annotated[str, typer.Option(help="Zoo target model (tiny-code, ...).")],
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto (cuda when available).")] = (
+        "auto"
+    ),
+    runtime: Annotated[str | None, typer.Option(help="eager, graph (CUDA graphs) or compile "
+                                                     "(default: graph on cuda, eager on cpu).")
+                       ] = None,
+    prompts: Annotated[str, typer.Option(help="Comma list of prompt sets, split into "
+                                              "calibration and held-out halves.")] = (
+        "builtin:code-edit,builtin:stdlib-code"
+    ),
+    quick: Annotated[bool, typer.Option(help="Nine configurations, 64 + 64 prompts, one "
+                                             "pass.")] = False,
+    seed: Annotated[int, typer.Option(help="Random seed (prompt split, sampling).")] = 0,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: those the "
+                                                     "profile was measured with).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Folder for the "
+                                                "per-configuration table (parquet).")] = None,
+) -> None:
+    """Predicted against measured speculative decoding on held-out prompts (batch 1)."""
+    from specscope.validate.compare import ValidateRequest, run_validate
+    from specscope.validate.report import (
+        config_table,
+        drift_line,
+        recommendation_line,
+        summary_table,
+        write_table,
+    )
+
+    request = ValidateRequest(hw=hw, model=model, device=device, runtime=runtime, quick=quick,
+                              prompts=prompts, seed=seed, threads=threads)
+    with _progress("validating") as bar:
+        task = bar.add_task("validating", total=None)
+        result = run_validate(
+            request, progress=lambda done, total: bar.update(task, completed=done, total=total)
+        )
+    doc = result.to_dict()
+    if output is not None:
+        write_table(result, output)
+    if as_json:
+        _emit(doc, True, None)
+        return
+    console.print(config_table(doc))
+    console.print(summary_table(doc))
+    console.print(recommendation_line(doc))
+    drift = drift_line(doc)
+    if drift:
+        console.print(drift)
+    for note in doc["notes"]:
+        console.print(f"note: {note}")
+
+
+def collect(
+    model: Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")],
+    prompts: Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a "
+                                              ".jsonl file.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Trace parquet to write.")],
+    drafters: Annotated[str, typer.Option(help="Comma list of draft, ngram, suffix, "
+                                               "recycle.")] = "draft,ngram,suffix,recycle",
+    draft_model: Annotated[str | None, typer.Option(help="Draft model (default: "
+                                                         "tiny-code-draft).")] = None,
+    n: Annotated[int, typer.Option(help="Prompts to trace.")] = 16,
+    max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 128,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto (cuda when available).")] = (
+        "auto"
+    ),
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+    runtime: Annotated[str | None, typer.Option(help="eager, graph (CUDA graphs) or compile "
+                                                     "(default: graph on cuda, eager on cpu).")
+                       ] = None,
+) -> None:
+    """Trace real forward passes: every drafter's candidates given the true prefix."""
+    from specscope.executor.collect import collect as run_collect
+    from specscope.executor.runtime import Runtime
+
+    chosen = Runtime.resolve(device, dtype, runtime)
+
+    with _progress("collecting") as bar:
+        task = bar.add_task("collecting", total=n)
+        trace = run_collect(
+            model, drafters, prompts, n, max_new, output=output, temperature=temperature,
+            seed=seed, draft_model=draft_model,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            runtime=chosen,
+        )
+    requests = trace.df.get_column("request_id").n_unique()
+    console.print(f"wrote {trace.df.height} rows ({requests} requests) to {output}")
+
+
+def zoo_train(
+    model: Annotated[str, typer.Option(help="tiny-code, tiny-code-draft, tiny-ssm, or all.")] = (
+        "all"
+    ),
+    minutes: Annotated[float | None, typer.Option(help="Plan each model's steps from this "
+                                                       "wall-clock budget instead.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Steps per model (default: those of the "
+                                                   "shipped weights).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's, "
+                                                     "one per core).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Zoo folder to write (default: the "
+                                                  "package's).")] = None,
+) -> None:
+    """Retrain the zoo models on the Python standard library (about 80 minutes on two cores)."""
+    import torch
+
+    from specscope.executor.zoo_acceptance import store_acceptance
+    from specscope.models.zoo import ZOO_DIR
+    from specscope.models.zoo.train import ORDER, train
+
+    if model != "all" and model not in ORDER:
+        raise InputError(f"--model: unknown zoo model {model!r}; one of {', '.join(ORDER)}, all")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    names = list(ORDER) if model == "all" else [model]
+    for name, r in train(names, out or ZOO_DIR, minutes, seed, steps).items():
+        console.print(f"{name}: {r['params']:,} parameters, {r['tokens_seen']:,} tokens, "
+                      f"{r['wall_time_s']} s, held-out {r['heldout_bits_per_byte']} bits/byte")
+    for name, vectors in store_acceptance(out or ZOO_DIR).items():
+        for source, p in vectors.items():
+            console.print(f"{name}: stored acceptance of {source}: p1 = {p[0]}")

@@ -1,0 +1,241 @@
+"""Prediction commands: cost, optimize-tree, simulate, sweep (no torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specscope.cli.common import (
+    Hw,
+    PricedRuntime,
+    TreeAttention,
+    _csv_floats,
+    _csv_ints,
+    _emit,
+    _progress,
+    console,
+)
+from specscope.tables import cost_table, optimize_table, pareto_table
+
+
+def cost(
+    hw: Hw,
+    model: Annotated[str, typer.Option(help="Model name from the catalogue.")],
+    batch: Annotated[int, typer.Option(help="Sequences in the batch.")] = 1,
+    new_tokens: Annotated[int, typer.Option(help="New tokens per sequence.")] = 1,
+    context: Annotated[int, typer.Option(help="Tokens already cached per sequence.")] = 512,
+    weight_bits: Annotated[int | None, typer.Option(help="16, 8 or 4.")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    group_size: Annotated[int, typer.Option(help="Weights per 4-bit quantisation group.")] = 128,
+    runtime: PricedRuntime = None,
+    tree_attention: TreeAttention = "split",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Step time of one forward pass on a hardware profile and runtime, with the per-operator
+    breakdown (context 0 prices a prompt of --new-tokens tokens)."""
+    from specscope.hw_profiles import CostModel, load_profile
+    from specscope.models import get_model
+
+    cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
+                   group_size=group_size, runtime=runtime, tree_attention=tree_attention)
+    report = cm.report(batch, new_tokens, context)
+    if as_json:
+        _emit(report, True, None)
+        return
+    console.print(cost_table(report, f"{model} on {hw} ({report['runtime']}, "
+                                     f"{tree_attention} attention): batch {batch}, "
+                                     f"{new_tokens} new tokens, context {context}"))
+    console.print(f"step time {report['step_time_ms']:.3f} ms ({report['source']}); "
+                  f"memory {report['memory_gb']:.1f} GB"
+                  + ("" if report["fits"] else " — does NOT fit in device memory"))
+
+
+def optimize_tree(
+    hw: Hw,
+    trace: Annotated[Path | None, typer.Option(help="Trace parquet for acceptance.")] = None,
+    acceptance: Annotated[str | None, typer.Option(help="Positional vector p1,p2,...")] = None,
+    source: Annotated[str | None, typer.Option(help="Drafter source in the trace.")] = None,
+    target: Annotated[str | None, typer.Option(help="Target model (default: trace's, "
+                                                    "else llama-2-7b).")] = None,
+    drafter: Annotated[str | None, typer.Option(help="Draft model, or 'none' for model-free "
+                                                     "drafters.")] = None,
+    algo: Annotated[str, typer.Option(help="Method name, comma list, or 'all'.")] = "all",
+    budget: Annotated[int | None, typer.Option(help="Tree size n (root included).")] = None,
+    budgets: Annotated[str | None, typer.Option(help="Sizes to choose among, e.g. "
+                                                     "8,16,32,64.")] = None,
+    max_depth: Annotated[int | None, typer.Option(help="Depth cap (drafted levels).")] = 12,
+    depth_dependent: Annotated[bool, typer.Option(help="Depth × rank acceptance from the "
+                                                       "trace.")] = False,
+    context: Annotated[int | None, typer.Option(help="Context length for the cost model "
+                                                     "(default: trace mean, else 512).")] = None,
+    ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0).")] = 0.0,
+    ets_coverage: Annotated[float, typer.Option(help="ETS λ_cov over sources (authors: 0).")] = 0.0,
+    specdecpp_threshold: Annotated[float | None, typer.Option(
+        help="SpecDec++ stop threshold h (default: chosen per hardware; authors: 0.7).")] = None,
+    goose_budget: Annotated[int | None, typer.Option(
+        help="Goose tree size (default: the compared budget; 0: the authors' 60–100 by match "
+             "confidence).")] = None,
+    dyspec_calibrate: Annotated[bool, typer.Option(
+        help="Map DySpec's draft scores to acceptance by a monotone fit.")] = True,
+    eagle_beam: Annotated[int, typer.Option(help="EAGLE-2 nodes expanded per level.")] = 10,
+    seed: Annotated[int, typer.Option(help="Seed for fitted predictors.")] = 0,
+    runtime: PricedRuntime = None,
+    tree_attention: TreeAttention = "split",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+) -> None:
+    """Best draft tree per method for this hardware, runtime, target, drafter and acceptance."""
+    from specscope.optimizers.compare import MethodOptions
+    from specscope.optimizers.run import OptimizeRequest, run_optimize
+
+    request = OptimizeRequest(
+        hw=hw,
+        trace_path=trace,
+        acceptance=None if acceptance is None else _csv_floats(acceptance, "--acceptance"),
+        source=source,
+        target=target,
+        drafter=drafter,
+        algos=algo,
+        budget=budget,
+        budgets=None if budgets is None else _csv_ints(budgets, "--budgets"),
+        max_depth=max_depth,
+        depth_dependent=depth_dependent,
+        context=context,
+        options=MethodOptions(
+            ets_kv_penalty=ets_kv_penalty,
+            ets_coverage=ets_coverage,
+            specdecpp_threshold=specdecpp_threshold,
+            goose_budget=goose_budget,
+            dyspec_calibrate=dyspec_calibrate,
+            eagle_beam=eagle_beam,
+            seed=seed,
+        ),
+        runtime=runtime,
+        tree_attention=tree_attention,
+    )
+    result = run_optimize(request)
+    _emit(result.to_dict(), as_json, output)
+    if not as_json:
+        console.print(optimize_table(result))
+        if budgets is not None:
+            console.print(pareto_table(result))
+
+
+def simulate(
+    hw: Hw,
+    target: Annotated[str, typer.Option(help="Target model from the catalogue.")],
+    rate: Annotated[float, typer.Option(help="Arrivals per second.")],
+    requests: Annotated[int, typer.Option(help="Arrivals to simulate.")],
+    seed: Annotated[int, typer.Option(help="Random seed.")],
+    drafter: Annotated[str | None, typer.Option(help="Draft model from the catalogue, or "
+                                                     "ngram, suffix, recycle (default: the "
+                                                     "trace's source).")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Trace parquet to replay (acceptance "
+                                                    "and, by default, lengths).")] = None,
+    acceptance: Annotated[str | None, typer.Option(help="Positional vector p1,p2,... when no "
+                                                        "trace is given.")] = None,
+    policy: Annotated[str, typer.Option(help="none, static, dyspec, specdecpp, smartspec, "
+                                             "ets-batch.")] = "none",
+    tree: Annotated[Path | None, typer.Option(help="A tree JSON, or optimize-tree --json / "
+                                                   "-o output (its best result).")] = None,
+    algo: Annotated[str | None, typer.Option(help="Method of the --tree file to use.")] = None,
+    budget: Annotated[int, typer.Option(help="Tree size per request (root included) of the "
+                                             "dynamic policies.")] = 16,
+    max_depth: Annotated[int, typer.Option(help="Depth cap of the dynamic policies.")] = 12,
+    runtime: PricedRuntime = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree of the target.")] = 1,
+    weight_bits: Annotated[int | None, typer.Option(help="Target weight bits: 16, 8 or 4.")] = (
+        None),
+    max_batch: Annotated[int, typer.Option(help="Sequences per step.")] = 32,
+    token_budget: Annotated[int, typer.Option(help="Tokens per step (trees and prompts).")] = (
+        8192),
+    chunked_prefill: Annotated[int | None, typer.Option(help="Prefill prompts in chunks of this "
+                                                             "many tokens.")] = None,
+    replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
+    router: Annotated[str, typer.Option(help="round-robin or least-outstanding.")] = (
+        "round-robin"),
+    workload: Annotated[str, typer.Option(help="chat or forking.")] = "chat",
+    fork_branches: Annotated[int, typer.Option(help="Forking: continuations per sequence.")] = 4,
+    fork_levels: Annotated[int, typer.Option(help="Forking: levels (1 = best-of-N).")] = 1,
+    arrivals: Annotated[str, typer.Option(help="poisson or gamma.")] = "poisson",
+    cv: Annotated[float, typer.Option(help="Gamma arrivals: coefficient of variation.")] = 1.0,
+    arrival_file: Annotated[Path | None, typer.Option(help="Arrival times, one number of "
+                                                           "seconds per line.")] = None,
+    prompt_len: Annotated[str | None, typer.Option(help="N, uniform:A:B, lognormal:MEDIAN:SIGMA "
+                                                        "or trace.")] = None,
+    output_len: Annotated[str | None, typer.Option(help="N, uniform:A:B, lognormal:MEDIAN:SIGMA "
+                                                        "or trace.")] = None,
+    draft_placement: Annotated[str, typer.Option(help="colocated or separate.")] = "colocated",
+    link_gbps: Annotated[float, typer.Option(help="Separate placement: link Gbit/s.")] = 100.0,
+    link_us: Annotated[float, typer.Option(help="Separate placement: link latency µs.")] = 10.0,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms).")] = None,
+    drift: Annotated[str | None, typer.Option(help="Acceptance multipliers per 1000 arrivals, "
+                                                   "e.g. 1,0.9,0.8.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Per-request metrics "
+                                                "parquet (summary in its metadata); the time "
+                                                "series and event log go beside it.")] = None,
+) -> None:
+    """Discrete-event serving simulation: speculation under load, batching, per-step policies."""
+    from specscope.simulator.metrics import write_metrics
+    from specscope.simulator.run import SimulateRequest, run_simulation
+    from specscope.tables import simulate_table
+    from specscope.trace import read_trace
+
+    request = SimulateRequest(
+        hw=hw, target=target, drafter=drafter,
+        trace=None if trace is None else read_trace(trace), policy=policy, tree=tree, algo=algo,
+        budget=budget, max_depth=max_depth,
+        acceptance=None if acceptance is None else tuple(_csv_floats(acceptance,
+                                                                     "--acceptance")),
+        runtime=runtime, tp=tp, weight_bits=weight_bits, rate=rate, requests=requests,
+        max_batch=max_batch, token_budget=token_budget, chunked_prefill=chunked_prefill,
+        replicas=replicas, router=router, workload=workload, fork_branches=fork_branches,
+        fork_levels=fork_levels, arrivals=arrivals, cv=cv, arrival_file=arrival_file,
+        prompt_len=prompt_len, output_len=output_len, draft_placement=draft_placement,
+        link_gbps=link_gbps, link_us=link_us, slo_tpot_ms=slo_tpot_ms,
+        drift=() if drift is None else tuple(_csv_floats(drift, "--drift")), seed=seed,
+    )
+    with _progress("simulating") as bar:
+        task = bar.add_task("simulating", total=requests)
+        result = run_simulation(
+            request, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if output is not None:
+        write_metrics(output, result.requests, result.summary, result.timeseries, result.events)
+    if as_json:
+        _emit(result.summary, True, None)
+    else:
+        console.print(simulate_table(result.summary))
+
+
+def sweep(
+    config: Annotated[Path, typer.Argument(help="Sweep TOML (examples/sweep.toml shows the "
+                                                "format).")],
+    engine: Annotated[str, typer.Option(help="local (this process) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster to join (default: start a "
+                                                     "local Ray).")] = None,
+    workers: Annotated[int | None, typer.Option(help="CPUs of a local Ray (default: all).")] = (
+        None),
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Results parquet "
+                                                "(default: CONFIG's name .parquet, here).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Design-space sweep: every cell of a TOML grid, analytic or simulated, appended to parquet
+    as it finishes; a re-run skips finished cells."""
+    from specscope.sweeps import run_sweep
+
+    with _progress("sweeping") as bar:
+        task = bar.add_task("sweeping", total=None)
+        result = run_sweep(config, engine, address, output, workers,
+                           progress=lambda done, total: bar.update(task, completed=done,
+                                                                   total=total))
+    if as_json:
+        _emit(result.to_dict(), True, None)
+        return
+    console.print(f"{result.cells} cells: {result.computed} computed, {result.reused} reused, "
+                  f"{result.skipped} skipped as invalid; {result.wall_s:.1f} s ({engine}) → "
+                  f"{result.path}")
+    for reason, count in result.reasons.items():
+        console.print(f"  skipped {count}: {reason}")
