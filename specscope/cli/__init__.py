@@ -1,42 +1,82 @@
 """The command line: parse options, call the library, print. Bad input → one stderr line, exit 2.
 
 The commands live in `predict` (cost, optimize-tree, simulate, sweep), `measure` (profile-hw,
-validate, generate, collect, trace synth, zoo train) and `report` (dashboard, demo); this module
-holds the typer apps, registers the commands and turns errors into one line.
+validate, generate, collect, trace synth, zoo train) and `report` (dashboard, demo); `help`
+makes their help read like click's. This module holds the typer apps, registers the commands
+with an example each, and turns errors into one line.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Annotated
 
 import typer
+from typer._click.exceptions import NoArgsIsHelpError  # typer ≥ 0.29 raises its own click's
 
+from specscope import __version__
 from specscope.cli import measure, predict, report
+from specscope.cli.help import APP_SETTINGS, Command, example
 from specscope.errors import InputError
 
-app = typer.Typer(
-    help="specscope: design-space explorer for speculative decoding.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-trace_app = typer.Typer(help="Acceptance traces (schema v1 parquet).", no_args_is_help=True)
+app = typer.Typer(help="specscope: design-space explorer for speculative decoding.",
+                  no_args_is_help=True, **APP_SETTINGS)
+trace_app = typer.Typer(help="Acceptance traces (schema v1 parquet).", no_args_is_help=True,
+                        **APP_SETTINGS)
 app.add_typer(trace_app, name="trace")
-zoo_app = typer.Typer(help="The tiny trained model zoo.", no_args_is_help=True)
+zoo_app = typer.Typer(help="The tiny trained model zoo.", no_args_is_help=True, **APP_SETTINGS)
 app.add_typer(zoo_app, name="zoo")
 
-app.command()(predict.cost)
-app.command("profile-hw")(measure.profile_hw)
-trace_app.command("synth")(measure.trace_synth)
-app.command()(measure.generate)
-app.command()(measure.validate)
-app.command()(measure.collect)
-zoo_app.command("train")(measure.zoo_train)
-app.command("optimize-tree")(predict.optimize_tree)
-app.command()(predict.simulate)
-app.command()(predict.sweep)
-app.command()(report.dashboard)
-app.command()(report.demo)
+OPTIMIZE_TREE_EXAMPLE = ("specscope optimize-tree --hw h100 --target llama-3.1-8b \\",
+                         "    --drafter llama-68m --acceptance 0.6,0.2,0.1,0.05 \\",
+                         "    --budgets 8,16,32,64 --runtime graph")
+COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], ...] = (
+    (app, "cost", predict.cost,
+     ("specscope cost --hw h100 --model llama-3.1-8b --batch 8 --new-tokens 16 \\",
+      "    --runtime graph")),
+    (app, "profile-hw", measure.profile_hw,
+     ("specscope profile-hw --name my-laptop --device cpu --quick",)),
+    (trace_app, "synth", measure.trace_synth,
+     ("specscope trace synth --requests 64 --seed 1 -o out/synthetic.parquet",)),
+    (app, "generate", measure.generate,
+     ("specscope generate --model tiny-code --drafter ngram --algo sequoia \\",
+      "    --budget 8 --prompts builtin:code-edit --device cpu --threads 1 \\",
+      "    --verify-lossless")),
+    (app, "validate", measure.validate,
+     ("specscope validate --hw cpu-2core --model tiny-code --device cpu --quick",)),
+    (app, "collect", measure.collect,
+     ("specscope collect --model tiny-code --prompts builtin:stdlib-code --n 8 \\",
+      "    --device cpu -o out/tiny-code.parquet")),
+    (zoo_app, "train", measure.zoo_train,
+     ("specscope zoo train --model tiny-code --minutes 2 --out out/zoo",)),
+    (app, "optimize-tree", predict.optimize_tree, OPTIMIZE_TREE_EXAMPLE),
+    (app, "simulate", predict.simulate,
+     ("specscope simulate --hw h100 --target llama-3.1-8b --drafter llama-68m \\",
+      "    --acceptance 0.6,0.2,0.1 --policy smartspec --rate 8 --requests 500 \\",
+      "    --seed 0")),
+    (app, "sweep", predict.sweep, ("specscope sweep examples/sweep.toml -o out/sweep.parquet",)),
+    (app, "dashboard", report.dashboard,
+     ("specscope dashboard out/demo -o out/demo/report.html",)),
+    (app, "demo", report.demo, ("specscope demo --quick --out out/demo",)),
+)
+"""Every command: its group, name, function and an example shown under its help."""
+for group, name, function, lines in COMMANDS:
+    group.command(name, cls=Command, epilog=example(*lines))(function)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"specscope {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Options before the command."""
 
 
 def _run(
@@ -50,10 +90,11 @@ def _run(
     except typer.Abort:
         print(f"{prog}: aborted", file=sys.stderr)
         sys.exit(130)
+    except NoArgsIsHelpError as exc:  # a group called alone: its help, on stdout
+        typer.echo(exc.format_message())
+        sys.exit(0)
     except (typer.TyperException, InputError) as exc:  # usage errors, bad values, bad input
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        if not message.strip():  # no arguments at all: the help was printed
-            sys.exit(0)
         print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
@@ -65,7 +106,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def optimize_tree_main(argv: list[str] | None = None) -> None:
-    """Entry point of the `optimize-tree` console script."""
-    single = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
-    single.command()(predict.optimize_tree)
+    """Entry point of the `optimize-tree` console script (`specscope optimize-tree`)."""
+    single = typer.Typer(**APP_SETTINGS)
+    lines = [line.replace("specscope optimize-tree", "optimize-tree")
+             for line in OPTIMIZE_TREE_EXAMPLE]
+    single.command(cls=Command, epilog=example(*lines))(predict.optimize_tree)
     _run(typer.main.get_command(single), "optimize-tree", argv)

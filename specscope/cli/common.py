@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -16,11 +18,49 @@ from specscope.errors import InputError
 
 console = Console()
 
-Hw = Annotated[str, typer.Option("--hw", help="Hardware profile (a100, h100, h200, ...).")]
+
+@dataclass(frozen=True)
+class Choices:
+    """Marks an option (in its `Annotated[...]`) whose values are a fixed set the library defines:
+    `source` names the constant ("module:NAME", a tuple or a dict's keys), `extra` adds values
+    the command itself takes (`all`), `many` says it takes a comma-separated list. Help lists the
+    values (`--runtime [eager|graph|compile]`), importing `source` only when help is shown; the
+    library still checks them (one stderr line, exit 2)."""
+
+    source: str
+    extra: tuple[str, ...] = ()
+    many: bool = False
+
+    def metavar(self) -> str:
+        """`[a|b|c]`, or `[a|b|c],...` for a list."""
+        module, name = self.source.split(":")
+        values = [str(v) for v in getattr(importlib.import_module(module), name)]
+        listed = f"[{'|'.join([*values, *self.extra])}]"
+        return f"{listed},..." if self.many else listed
+
+
+Hw = Annotated[str, typer.Option("--hw", help="Hardware profile (a100, h100, h200, cpu-2core, "
+                                              "...).")]
 PricedRuntime = Annotated[str | None, typer.Option(
-    "--runtime", help="eager, graph or compile (default: the profile's own).")]
+    "--runtime", help="Runtime to price (default: the profile's own)."),
+    Choices("specscope.hw_profiles.runtime:RUNTIMES")]
 TreeAttention = Annotated[str, typer.Option(
-    "--tree-attention", help="split (prefix read once) or dense (one (n, prefix + n) mask).")]
+    "--tree-attention", help="split: prefix read once, tree block masked; dense: one mask "
+                             "over prefix and tree."),
+    Choices("specscope.hw_profiles.cost:TREE_ATTENTION")]
+WeightBits = Annotated[int | None, typer.Option(help="Target weight bits (default: the "
+                                                     "model's)."),
+                       Choices("specscope.models.ops:WEIGHT_BITS")]
+Device = Annotated[str, typer.Option(help="Where to run (auto: cuda when available)."),
+                   Choices("specscope.executor.names:DEVICES")]
+Dtype = Annotated[str, typer.Option(help="Weights, caches and activations."),
+                  Choices("specscope.executor.names:DTYPE_NAMES")]
+StepRuntime = Annotated[str | None, typer.Option(
+    "--runtime", help="How steps run: eager, CUDA graphs or torch.compile (default: graph on "
+                      "cuda, eager on cpu)."),
+    Choices("specscope.hw_profiles.runtime:RUNTIMES")]
+Seed = Annotated[int, typer.Option(help="Random seed.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _csv_ints(text: str, option: str) -> list[int]:

@@ -8,25 +8,44 @@ from typing import Annotated
 
 import typer
 
-from specscope.cli.common import Hw, _emit, _progress, console
+from specscope.cli.common import (
+    AsJson,
+    Choices,
+    Device,
+    Dtype,
+    Hw,
+    Seed,
+    StepRuntime,
+    _emit,
+    _progress,
+    console,
+)
 from specscope.errors import InputError
-from specscope.tables import generate_table
+
+Model = Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")]
+Prompts = Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a .jsonl "
+                                           "file.")]
+DraftModel = Annotated[str | None, typer.Option(help="Draft model (default: tiny-code-draft).")]
+Temperature = Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")]
 
 
 def profile_hw(
     name: Annotated[str, typer.Option(help="Profile name (--hw NAME finds it afterwards).")],
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    device: Annotated[str, typer.Option(help="The device to measure."),
+                      Choices("specscope.executor.names:PROFILE_DEVICES")] = "cpu",
     runtime: Annotated[list[str] | None, typer.Option(
-        help="eager, graph (cuda), compile; repeat or comma-separate (default: all the device "
-             "runs).")] = None,
-    quick: Annotated[bool, typer.Option(help="A small grid (under ~2.5 minutes on 2 CPU "
-                                             "cores).")] = False,
+        help="Runtimes to fit, repeated or comma-separated; graph needs cuda (default: all "
+             "the device runs)."),
+        Choices("specscope.hw_profiles.runtime:RUNTIMES", many=True)] = None,
+    quick: Annotated[bool, typer.Option(help="A small grid (about 2.5 min on 2 cores).")] = (
+        False),
     threads: Annotated[int, typer.Option(help="torch CPU threads (the executor benchmarks and "
                                               "the demo run 1).")] = 1,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Profile TOML to write "
                                                 "(default: the user profile directory).")] = None,
 ) -> None:
-    """Measure this machine's step times, fit each runtime's cost terms, write a profile."""
+    """Measure this machine and write a calibrated profile. Each runtime's cost terms are fitted
+    to measured step times."""
     from specscope.hw_profiles.calibrate import profile_hw as run_profile_hw
 
     runtimes = [r.strip() for item in runtime or [] for r in item.split(",") if r.strip()]
@@ -49,7 +68,7 @@ def trace_synth(
     output: Annotated[Path, typer.Option("-o", "--output", help="Parquet file to write.")],
     requests: Annotated[int, typer.Option(help="Requests to generate.")] = 32,
     length: Annotated[int, typer.Option(help="Generated positions per request.")] = 256,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    seed: Seed = 0,
     sources: Annotated[str, typer.Option(help="Comma-separated drafter sources.")] = (
         "draft:llama-68m,ngram,recycle"
     ),
@@ -66,40 +85,38 @@ def trace_synth(
 
 
 def generate(
-    model: Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")],
-    drafter: Annotated[str, typer.Option(help="draft, ngram, suffix, recycle or goose.")],
-    prompts: Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a "
-                                              ".jsonl file.")],
+    model: Model,
+    drafter: Annotated[str, typer.Option(help="Who proposes the draft tokens."),
+                       Choices("specscope.executor.names:DRAFTERS")],
+    prompts: Prompts,
     n: Annotated[int, typer.Option(help="Prompts to decode.")] = 8,
     max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 64,
-    draft_model: Annotated[str | None, typer.Option(help="Draft model (default: "
-                                                         "tiny-code-draft).")] = None,
-    algo: Annotated[str | None, typer.Option(help="sequoia, dyspec, specdecpp, goose, chain, "
-                                                  "...")] = None,
+    draft_model: DraftModel = None,
+    algo: Annotated[str | None, typer.Option(help="Tree method (dyspec, specdecpp and goose "
+                                                  "grow each step's tree live)."),
+                    Choices("specscope.optimizers.compare:METHOD_NAMES")] = None,
     budget: Annotated[int | None, typer.Option(help="Tree size n (root included).")] = None,
     tree: Annotated[Path | None, typer.Option(help="A tree JSON from optimize-tree -o.")] = None,
-    ssm_verify: Annotated[str, typer.Option(help="SSM tree verification: stree or naive.")] = (
-        "stree"
-    ),
-    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
-    rule: Annotated[str | None, typer.Option(help="greedy, deterministic, specinfer or "
-                                                  "sequoia (sampling rules).")] = None,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    ssm_verify: Annotated[str, typer.Option(help="SSM targets: one tree-masked pass (stree) "
+                                                 "or one pass per leaf (naive)."),
+                          Choices("specscope.models.ops:SSM_VERIFY")] = "stree",
+    temperature: Temperature = 0.0,
+    rule: Annotated[str | None, typer.Option(help="Verification rule (default: greedy at "
+                                                  "temperature 0, else deterministic)."),
+                    Choices("specscope.executor.names:RULES")] = None,
+    seed: Seed = 0,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
-    verify_lossless: Annotated[bool, typer.Option(help="Check the output against "
-                                                       "autoregressive greedy.")] = False,
-    device: Annotated[str, typer.Option(help="cpu, cuda or auto (cuda when available).")] = (
-        "auto"
-    ),
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
-    runtime: Annotated[str | None, typer.Option(help="eager, graph (CUDA graphs) or compile "
-                                                     "(default: graph on cuda, eager on cpu).")
-                       ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    verify_lossless: Annotated[bool, typer.Option(help="Check against greedy decoding.")] = (
+        False),
+    device: Device = "auto",
+    dtype: Dtype = "float32",
+    runtime: StepRuntime = None,
+    as_json: AsJson = False,
 ) -> None:
     """Real speculative decoding against autoregressive decoding, in one process."""
     from specscope.executor.generate import generate as run_generate
     from specscope.executor.runtime import Runtime
+    from specscope.tables import generate_table
 
     chosen = Runtime.resolve(device, dtype, runtime)
     with _progress("decoding") as bar:
@@ -120,24 +137,21 @@ def generate(
 def validate(
     hw: Hw,
     model: Annotated[str, typer.Option(help="Zoo target model (tiny-code, ...).")],
-    device: Annotated[str, typer.Option(help="cpu, cuda or auto (cuda when available).")] = (
-        "auto"
-    ),
-    runtime: Annotated[str | None, typer.Option(help="eager, graph (CUDA graphs) or compile "
-                                                     "(default: graph on cuda, eager on cpu).")
-                       ] = None,
+    device: Device = "auto",
+    runtime: StepRuntime = None,
     prompts: Annotated[str, typer.Option(help="Comma list of prompt sets, split into "
                                               "calibration and held-out halves.")] = (
         "builtin:code-edit,builtin:stdlib-code"
     ),
-    quick: Annotated[bool, typer.Option(help="Nine configurations, 64 + 64 prompts, one "
-                                             "pass.")] = False,
+    quick: Annotated[bool, typer.Option(help="9 configurations, 64+64 prompts, one pass.")] = (
+        False),
     seed: Annotated[int, typer.Option(help="Random seed (prompt split, sampling).")] = 0,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: those the "
                                                      "profile was measured with).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Folder for the "
-                                                "per-configuration table (parquet).")] = None,
+    as_json: AsJson = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", metavar="DIR",
+                                                help="Folder for the per-configuration table "
+                                                     "(parquet).")] = None,
 ) -> None:
     """Predicted against measured speculative decoding on held-out prompts (batch 1)."""
     from specscope.validate.compare import ValidateRequest, run_validate
@@ -173,25 +187,20 @@ def validate(
 
 
 def collect(
-    model: Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")],
-    prompts: Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a "
-                                              ".jsonl file.")],
+    model: Model,
+    prompts: Prompts,
     output: Annotated[Path, typer.Option("-o", "--output", help="Trace parquet to write.")],
-    drafters: Annotated[str, typer.Option(help="Comma list of draft, ngram, suffix, "
-                                               "recycle.")] = "draft,ngram,suffix,recycle",
-    draft_model: Annotated[str | None, typer.Option(help="Draft model (default: "
-                                                         "tiny-code-draft).")] = None,
+    drafters: Annotated[str, typer.Option(help="Drafters whose candidates to record."),
+                        Choices("specscope.executor.names:COLLECT_DRAFTERS", many=True)] = (
+        "draft,ngram,suffix,recycle"),
+    draft_model: DraftModel = None,
     n: Annotated[int, typer.Option(help="Prompts to trace.")] = 16,
     max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 128,
-    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-    device: Annotated[str, typer.Option(help="cpu, cuda or auto (cuda when available).")] = (
-        "auto"
-    ),
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
-    runtime: Annotated[str | None, typer.Option(help="eager, graph (CUDA graphs) or compile "
-                                                     "(default: graph on cuda, eager on cpu).")
-                       ] = None,
+    temperature: Temperature = 0.0,
+    seed: Seed = 0,
+    device: Device = "auto",
+    dtype: Dtype = "float32",
+    runtime: StepRuntime = None,
 ) -> None:
     """Trace real forward passes: every drafter's candidates given the true prefix."""
     from specscope.executor.collect import collect as run_collect
@@ -212,25 +221,26 @@ def collect(
 
 
 def zoo_train(
-    model: Annotated[str, typer.Option(help="tiny-code, tiny-code-draft, tiny-ssm, or all.")] = (
-        "all"
-    ),
+    model: Annotated[str, typer.Option(help="Zoo model to train (all: every one, targets "
+                                            "first)."),
+                     Choices("specscope.models.zoo:ORDER", ("all",))] = "all",
     minutes: Annotated[float | None, typer.Option(help="Plan each model's steps from this "
                                                        "wall-clock budget instead.")] = None,
     steps: Annotated[int | None, typer.Option(help="Steps per model (default: those of the "
                                                    "shipped weights).")] = None,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    seed: Seed = 0,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's, "
                                                      "one per core).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Zoo folder to write (default: the "
-                                                  "package's).")] = None,
+    out: Annotated[Path | None, typer.Option(metavar="DIR", help="Zoo folder to write "
+                                                                "(default: the package's).")
+                   ] = None,
 ) -> None:
     """Retrain the zoo models on the Python standard library (about 80 minutes on two cores)."""
     import torch
 
     from specscope.executor.zoo_acceptance import store_acceptance
-    from specscope.models.zoo import ZOO_DIR
-    from specscope.models.zoo.train import ORDER, train
+    from specscope.models.zoo import ORDER, ZOO_DIR
+    from specscope.models.zoo.train import train
 
     if model != "all" and model not in ORDER:
         raise InputError(f"--model: unknown zoo model {model!r}; one of {', '.join(ORDER)}, all")

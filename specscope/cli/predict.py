@@ -8,16 +8,19 @@ from typing import Annotated
 import typer
 
 from specscope.cli.common import (
+    AsJson,
+    Choices,
     Hw,
     PricedRuntime,
+    Seed,
     TreeAttention,
+    WeightBits,
     _csv_floats,
     _csv_ints,
     _emit,
     _progress,
     console,
 )
-from specscope.tables import cost_table, optimize_table, pareto_table
 
 
 def cost(
@@ -26,17 +29,18 @@ def cost(
     batch: Annotated[int, typer.Option(help="Sequences in the batch.")] = 1,
     new_tokens: Annotated[int, typer.Option(help="New tokens per sequence.")] = 1,
     context: Annotated[int, typer.Option(help="Tokens already cached per sequence.")] = 512,
-    weight_bits: Annotated[int | None, typer.Option(help="16, 8 or 4.")] = None,
+    weight_bits: WeightBits = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     group_size: Annotated[int, typer.Option(help="Weights per 4-bit quantisation group.")] = 128,
     runtime: PricedRuntime = None,
     tree_attention: TreeAttention = "split",
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: AsJson = False,
 ) -> None:
-    """Step time of one forward pass on a hardware profile and runtime, with the per-operator
-    breakdown (context 0 prices a prompt of --new-tokens tokens)."""
+    """Step time of one forward pass, per operator. Prices a batch on a hardware profile and
+    runtime (context 0 prices a prompt of --new-tokens tokens)."""
     from specscope.hw_profiles import CostModel, load_profile
     from specscope.models import get_model
+    from specscope.tables import cost_table
 
     cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
                    group_size=group_size, runtime=runtime, tree_attention=tree_attention)
@@ -55,19 +59,22 @@ def cost(
 def optimize_tree(
     hw: Hw,
     trace: Annotated[Path | None, typer.Option(help="Trace parquet for acceptance.")] = None,
-    acceptance: Annotated[str | None, typer.Option(help="Positional vector p1,p2,...")] = None,
+    acceptance: Annotated[str | None, typer.Option(help="Positional acceptance vector "
+                                                        "(instead of a trace).")] = None,
     source: Annotated[str | None, typer.Option(help="Drafter source in the trace.")] = None,
     target: Annotated[str | None, typer.Option(help="Target model (default: trace's, "
                                                     "else llama-2-7b).")] = None,
     drafter: Annotated[str | None, typer.Option(help="Draft model, or 'none' for model-free "
                                                      "drafters.")] = None,
-    algo: Annotated[str, typer.Option(help="Method name, comma list, or 'all'.")] = "all",
+    algo: Annotated[str, typer.Option(help="Methods to compare."),
+                    Choices("specscope.optimizers.compare:METHOD_NAMES", ("all",), many=True)
+                    ] = "all",
     budget: Annotated[int | None, typer.Option(help="Tree size n (root included).")] = None,
-    budgets: Annotated[str | None, typer.Option(help="Sizes to choose among, e.g. "
-                                                     "8,16,32,64.")] = None,
+    budgets: Annotated[str | None, typer.Option(help="Tree sizes to choose among (a Pareto "
+                                                     "table per size).")] = None,
     max_depth: Annotated[int | None, typer.Option(help="Depth cap (drafted levels).")] = 12,
-    depth_dependent: Annotated[bool, typer.Option(help="Depth × rank acceptance from the "
-                                                       "trace.")] = False,
+    depth_dependent: Annotated[bool, typer.Option(help="Acceptance per depth and rank.")] = (
+        False),
     context: Annotated[int | None, typer.Option(help="Context length for the cost model "
                                                      "(default: trace mean, else 512).")] = None,
     ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0).")] = 0.0,
@@ -80,15 +87,17 @@ def optimize_tree(
     dyspec_calibrate: Annotated[bool, typer.Option(
         help="Map DySpec's draft scores to acceptance by a monotone fit.")] = True,
     eagle_beam: Annotated[int, typer.Option(help="EAGLE-2 nodes expanded per level.")] = 10,
-    seed: Annotated[int, typer.Option(help="Seed for fitted predictors.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the fitted predictors.")] = 0,
     runtime: PricedRuntime = None,
     tree_attention: TreeAttention = "split",
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
 ) -> None:
-    """Best draft tree per method for this hardware, runtime, target, drafter and acceptance."""
+    """Best draft tree per method for this hardware, target, drafter and acceptance. Each
+    method's tree is built under the same budget and priced on the profile's runtime."""
     from specscope.optimizers.compare import MethodOptions
     from specscope.optimizers.run import OptimizeRequest, run_optimize
+    from specscope.tables import optimize_table, pareto_table
 
     request = OptimizeRequest(
         hw=hw,
@@ -128,16 +137,17 @@ def simulate(
     target: Annotated[str, typer.Option(help="Target model from the catalogue.")],
     rate: Annotated[float, typer.Option(help="Arrivals per second.")],
     requests: Annotated[int, typer.Option(help="Arrivals to simulate.")],
-    seed: Annotated[int, typer.Option(help="Random seed.")],
+    seed: Seed,
     drafter: Annotated[str | None, typer.Option(help="Draft model from the catalogue, or "
                                                      "ngram, suffix, recycle (default: the "
                                                      "trace's source).")] = None,
     trace: Annotated[Path | None, typer.Option(help="Trace parquet to replay (acceptance "
                                                     "and, by default, lengths).")] = None,
-    acceptance: Annotated[str | None, typer.Option(help="Positional vector p1,p2,... when no "
+    acceptance: Annotated[str | None, typer.Option(help="Positional acceptance vector when no "
                                                         "trace is given.")] = None,
-    policy: Annotated[str, typer.Option(help="none, static, dyspec, specdecpp, smartspec, "
-                                             "ets-batch.")] = "none",
+    policy: Annotated[str, typer.Option(help="Per-step speculation policy (none: plain "
+                                             "decoding)."),
+                      Choices("specscope.simulator.policies:POLICIES")] = "none",
     tree: Annotated[Path | None, typer.Option(help="A tree JSON, or optimize-tree --json / "
                                                    "-o output (its best result).")] = None,
     algo: Annotated[str | None, typer.Option(help="Method of the --tree file to use.")] = None,
@@ -146,39 +156,48 @@ def simulate(
     max_depth: Annotated[int, typer.Option(help="Depth cap of the dynamic policies.")] = 12,
     runtime: PricedRuntime = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree of the target.")] = 1,
-    weight_bits: Annotated[int | None, typer.Option(help="Target weight bits: 16, 8 or 4.")] = (
-        None),
+    weight_bits: WeightBits = None,
     max_batch: Annotated[int, typer.Option(help="Sequences per step.")] = 32,
     token_budget: Annotated[int, typer.Option(help="Tokens per step (trees and prompts).")] = (
         8192),
     chunked_prefill: Annotated[int | None, typer.Option(help="Prefill prompts in chunks of this "
                                                              "many tokens.")] = None,
     replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
-    router: Annotated[str, typer.Option(help="round-robin or least-outstanding.")] = (
-        "round-robin"),
-    workload: Annotated[str, typer.Option(help="chat or forking.")] = "chat",
+    router: Annotated[str, typer.Option(help="How the router picks a replica."),
+                      Choices("specscope.simulator.scheduler:ROUTERS")] = "round-robin",
+    workload: Annotated[str, typer.Option(help="chat: one sequence per request; forking: "
+                                               "sequences continuing a shared prompt (best-of-N, "
+                                               "tree search)."),
+                        Choices("specscope.simulator.workload:WORKLOADS")] = "chat",
     fork_branches: Annotated[int, typer.Option(help="Forking: continuations per sequence.")] = 4,
     fork_levels: Annotated[int, typer.Option(help="Forking: levels (1 = best-of-N).")] = 1,
-    arrivals: Annotated[str, typer.Option(help="poisson or gamma.")] = "poisson",
+    arrivals: Annotated[str, typer.Option(help="Arrival process."),
+                        Choices("specscope.simulator.workload:ARRIVALS")] = "poisson",
     cv: Annotated[float, typer.Option(help="Gamma arrivals: coefficient of variation.")] = 1.0,
     arrival_file: Annotated[Path | None, typer.Option(help="Arrival times, one number of "
                                                            "seconds per line.")] = None,
-    prompt_len: Annotated[str | None, typer.Option(help="N, uniform:A:B, lognormal:MEDIAN:SIGMA "
-                                                        "or trace.")] = None,
-    output_len: Annotated[str | None, typer.Option(help="N, uniform:A:B, lognormal:MEDIAN:SIGMA "
-                                                        "or trace.")] = None,
-    draft_placement: Annotated[str, typer.Option(help="colocated or separate.")] = "colocated",
+    prompt_len: Annotated[str | None, typer.Option(help="Prompt tokens: N, uniform:A:B, "
+                                                        "lognormal:MEDIAN:SIGMA or trace.")
+                          ] = None,
+    output_len: Annotated[str | None, typer.Option(help="Output tokens: N, uniform:A:B, "
+                                                        "lognormal:MEDIAN:SIGMA or trace.")
+                          ] = None,
+    draft_placement: Annotated[str, typer.Option(help="Draft model on the target's GPUs or "
+                                                      "on its own, across a link."),
+                               Choices("specscope.simulator.run:PLACEMENTS")] = "colocated",
     link_gbps: Annotated[float, typer.Option(help="Separate placement: link Gbit/s.")] = 100.0,
-    link_us: Annotated[float, typer.Option(help="Separate placement: link latency µs.")] = 10.0,
+    link_us: Annotated[float, typer.Option(help="Separate placement: link latency (µs).")] = (
+        10.0),
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms).")] = None,
     drift: Annotated[str | None, typer.Option(help="Acceptance multipliers per 1000 arrivals, "
                                                    "e.g. 1,0.9,0.8.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Per-request metrics "
                                                 "parquet (summary in its metadata); the time "
                                                 "series and event log go beside it.")] = None,
 ) -> None:
-    """Discrete-event serving simulation: speculation under load, batching, per-step policies."""
+    """Discrete-event serving simulation of speculation under load. Continuous batching,
+    per-step speculation policies, replicas behind a router."""
     from specscope.simulator.metrics import write_metrics
     from specscope.simulator.run import SimulateRequest, run_simulation
     from specscope.tables import simulate_table
@@ -213,17 +232,19 @@ def simulate(
 def sweep(
     config: Annotated[Path, typer.Argument(help="Sweep TOML (examples/sweep.toml shows the "
                                                 "format).")],
-    engine: Annotated[str, typer.Option(help="local (this process) or ray.")] = "local",
+    engine: Annotated[str, typer.Option(help="local: this process; ray: tasks on a Ray "
+                                             "cluster."),
+                      Choices("specscope.sweeps.engines:ENGINES")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster to join (default: start a "
                                                      "local Ray).")] = None,
     workers: Annotated[int | None, typer.Option(help="CPUs of a local Ray (default: all).")] = (
         None),
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Results parquet "
                                                 "(default: CONFIG's name .parquet, here).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: AsJson = False,
 ) -> None:
-    """Design-space sweep: every cell of a TOML grid, analytic or simulated, appended to parquet
-    as it finishes; a re-run skips finished cells."""
+    """Design-space sweep over a TOML grid, each cell analytic or simulated. Cells are appended
+    to parquet as they finish; a re-run skips finished cells."""
     from specscope.sweeps import run_sweep
 
     with _progress("sweeping") as bar:

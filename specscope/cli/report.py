@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from specscope.cli.common import console
+from specscope.cli.common import Seed, console
 
 
 def dashboard(
@@ -26,14 +26,15 @@ def dashboard(
 
 
 def demo(
-    out: Annotated[Path, typer.Option("--out", help="Folder for every result and the "
-                                                    "dashboard.")] = Path("out/demo"),
+    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Folder for every result "
+                                                                   "and the dashboard.")] = (
+        Path("out/demo")),
     quick: Annotated[bool, typer.Option("--quick", help="Fewer loads, validated "
                                                         "configurations and prompts.")] = False,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    seed: Seed = 0,
 ) -> None:
-    """The whole loop on embedded defaults: measure, trace, optimise, simulate, validate,
-    dashboard."""
+    """The whole loop on embedded defaults. Measures this machine, traces the zoo, optimises
+    trees for every profile, simulates serving, validates on this CPU, writes the dashboard."""
     from specscope.demo import run_demo
 
     run_demo(seed, console, out, quick)

@@ -9,6 +9,7 @@
 - `generate`: `specscope generate` from names, with its calibration pass.
 - `collect`: traces of real models (`specscope collect`).
 - `zoo_acceptance`: the acceptance vector stored with each zoo target.
+- `names`: the names its options take (devices, dtypes, drafters, rules), without torch.
 
 Its modules import torch; the rest of specscope does not need it. The package itself imports
 nothing, so that `targets`, `runtime` and the models load without polars, PuLP, simpy or plotly

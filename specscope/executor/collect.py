@@ -29,14 +29,13 @@ from specscope.executor.drafters import (
     make_drafter,
     propose_chain,
 )
+from specscope.executor.names import COLLECT_DRAFTERS
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import Model, load_model
 from specscope.executor.verify import next_token, probabilities
 from specscope.trace import SCHEMA, Trace, write_trace
 from specscope.trace.schema import SEQUENCE_SOURCES
 
-COLLECT_DRAFTERS = ("draft", "ngram", "suffix", "recycle")
-"""Drafters `collect` can trace (Goose is traced as its parts, ngram and recycle)."""
 K = 8
 """Candidates recorded per position and drafter."""
 PROPOSAL_LEN = 24

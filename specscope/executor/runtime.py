@@ -27,13 +27,12 @@ from dataclasses import dataclass
 import torch
 
 from specscope.errors import InputError
+from specscope.executor.names import DEVICES, DTYPE_NAMES
 
 RUNTIMES = ("eager", "graph", "compile")
 """Runtimes a step can run under (see the module docstring)."""
-DEVICES = ("cpu", "cuda", "auto")
-"""`--device` choices; auto is cuda when a GPU is visible, else cpu."""
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-"""`--dtype` choices: the dtype of weights, caches and activations."""
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
+"""`--dtype` choices and their torch dtypes."""
 WARMUP_CALLS = 2
 """Eager calls on a side stream before a CUDA graph is captured (allocator and cuBLAS warm-up)."""
 RECOMPILE_LIMIT = 64

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 import torch
 
 from specscope.errors import InputError
+from specscope.executor.names import RULES
 from specscope.tree import Tree
 
-RULES = ("greedy", "deterministic", "specinfer", "sequoia")
-"""Verification rule names, as `generate(rule=...)` takes them."""
 SAMPLED_DRAFT_RULES = ("specinfer", "sequoia")
 """Rules whose children must be drawn from the draft's distribution (see `draw_children`)."""
 

@@ -39,6 +39,7 @@ import torch
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
+from specscope.executor.names import PROFILE_DEVICES
 from specscope.executor.runtime import RUNTIMES, Runtime
 from specscope.hw_profiles.cost import CostModel
 from specscope.hw_profiles.fit import least_squares_fit
@@ -242,7 +243,7 @@ def check_request(name: str, device: str, runtimes: Sequence[str], threads: int
     the base runtime (device and dtype: bfloat16 on a GPU, float32 on a CPU) and one per
     requested runtime."""
     check_name(name)
-    if device not in ("cpu", "cuda"):
+    if device not in PROFILE_DEVICES:
         raise InputError(f"--device must be cpu or cuda, got {device!r}")
     if threads < 1:
         raise InputError(f"--threads must be at least 1, got {threads}")

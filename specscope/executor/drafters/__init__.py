@@ -38,10 +38,8 @@ from specscope.executor.drafters.model_free import (
     SuffixDrafter,
     SuffixTrie,
 )
+from specscope.executor.names import DRAFTERS
 from specscope.executor.targets import Model
-
-DRAFTERS = ("draft", "ngram", "suffix", "recycle", "goose")
-"""Drafter names, as `--drafter` takes them."""
 
 
 def make_drafter(

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 ZOO_DIR = Path(__file__).parent
 ZOO_TOML = "zoo.toml"
 ZOO_SOURCE = "specscope zoo, trained by specscope zoo train"
+ORDER = ("tiny-code", "tiny-ssm", "tiny-hybrid", "tiny-code-draft")
+"""The zoo's models in training order (`zoo train --model all`): targets before the draft that
+learns from them."""
 
 
 def read_zoo_tables(directory: Path = ZOO_DIR) -> dict[str, dict[str, Any]]:

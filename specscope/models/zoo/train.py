@@ -46,6 +46,7 @@ from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Hybrid, Mamba2, Transformer
 from specscope.models.zoo import (
+    ORDER,
     ZOO_DIR,
     ZOO_TOML,
     load_zoo_model,
@@ -109,8 +110,6 @@ HYPER = {
         edit_fraction=0.25,
     ),
 }
-ORDER = ("tiny-code", "tiny-ssm", "tiny-hybrid", "tiny-code-draft")
-"""Training order of `--model all`: targets before the draft that learns from them."""
 
 TOML_HEADER = """\
 # specscope model zoo: tiny models trained on the Python standard library by
