@@ -143,6 +143,14 @@ def test_measured_points_win_and_the_roofline_fills_the_gaps():
     assert other.forward_time(1, 1, 512) < 0.015
 
 
+def test_an_unpriced_table_leaves_the_step_to_the_roofline() -> None:
+    unpriced = dataclasses.replace(measured_profile().measured[0], priced=False)
+    hw = dataclasses.replace(load_profile("a100"), measured=(unpriced,))
+    model = CostModel(hw, get_model("llama-2-7b"))
+    assert model.forward(1, 8, 512).source == "roofline"
+    assert model.forward_time(1, 8, 512) == cost().forward_time(1, 8, 512)
+
+
 def test_measured_table_is_scaled_by_the_roofline_for_another_context():
     model = CostModel(measured_profile(context=512), get_model("llama-2-7b"))
     ratio = model.roofline_time(1, 8, 4096) / model.roofline_time(1, 8, 512)
@@ -170,6 +178,13 @@ def test_measured_tables_load_from_a_profile_file(tmp_path):
                    'time_ms = [9.5, 9.6]\n')
     with pytest.raises(InputError, match=r"bad\.toml.*measured"):
         load_profile(bad)
+    unpriced = tmp_path / "unpriced.toml"
+    unpriced.write_text(good.read_text() + "priced = false\n")
+    assert not load_profile(unpriced).measured[0].priced
+    odd = tmp_path / "odd.toml"
+    odd.write_text(good.read_text() + 'priced = "no"\n')
+    with pytest.raises(InputError, match=r"odd\.toml.*priced must be true or false"):
+        load_profile(odd)
 
 
 @pytest.mark.parametrize("model", ["mamba2-2.7b", "bamba-9b"])

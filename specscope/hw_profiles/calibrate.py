@@ -325,6 +325,9 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
         "# prefill rows fit `eager`; other runtimes take its prefill_* fields. The dense-mask "
         "attention the",
         "# executor does not run is set equal to the split one (attn_dense_memory_eff).",
+        "# The [[measured]] tables are the fit's data (priced = false): steps are priced from "
+        "the fit, which",
+        "# pools every point, and the tables re-time this machine (validate's machine drift).",
     ]
     if cpu:
         lines += [
@@ -399,7 +402,7 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
                   f"context = {context}",
                   f"new_tokens = [{', '.join(str(p.new_tokens) for p in rows)}]",
                   f"time_ms = [{', '.join(f'{p.time_s * 1e3:.4g}' for p in rows)}]",
-                  f'source = "profile-hw {date}"', ""]
+                  f'source = "profile-hw {date}"', "priced = false", ""]
     return "\n".join(lines)
 
 
