@@ -13,7 +13,7 @@ import pytest
 
 from specscope.optimizers.dyspec import draft_scores, dyspec_from_scores
 from specscope.optimizers.sequoia import SequoiaDP
-from specscope.optimizers.specdecpp import AcceptancePredictor, candidate_features
+from specscope.optimizers.specdecpp_predictor import AcceptancePredictor, candidate_features
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.policies.base import PolicySetup, Slot, Speculation, StepView
 from specscope.simulator.policies.common import AcceptanceTracker, truncated

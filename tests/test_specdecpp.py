@@ -13,13 +13,15 @@ from specscope.hw_profiles import CostModel, load_profile
 from specscope.models import get_model
 from specscope.optimizers.scoring import Pricing
 from specscope.optimizers.specdecpp import (
-    FEATURES,
     MAX_LEN,
     MIN_LEN,
-    AcceptancePredictor,
     ThresholdPolicy,
-    candidate_features,
     specdecpp,
+)
+from specscope.optimizers.specdecpp_predictor import (
+    FEATURES,
+    AcceptancePredictor,
+    candidate_features,
 )
 from specscope.trace import RankedBehaviour, Trace, replay, synth_trace
 from specscope.tree import Tree

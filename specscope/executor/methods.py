@@ -41,10 +41,9 @@ from specscope.optimizers.specdecpp import (
     AUTHORS_THRESHOLD,
     MAX_LEN,
     MIN_LEN,
-    AcceptancePredictor,
     ThresholdPolicy,
-    candidate_features,
 )
+from specscope.optimizers.specdecpp_predictor import AcceptancePredictor, candidate_features
 from specscope.trace import AcceptanceModel, Trace
 from specscope.tree import ROOT_SOURCE, Tree
 

@@ -36,11 +36,10 @@ from specscope.optimizers.specdecpp import (
     AUTHORS_THRESHOLD,
     MAX_LEN,
     MIN_LEN,
-    AcceptancePredictor,
-    candidate_features,
     check_threshold,
     stop_length,
 )
+from specscope.optimizers.specdecpp_predictor import AcceptancePredictor, candidate_features
 from specscope.simulator.policies.base import Policy, PolicySetup, Slot, Speculation, StepView
 from specscope.simulator.policies.positions import TracePositions
 from specscope.tree import Tree
