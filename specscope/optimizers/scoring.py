@@ -41,13 +41,6 @@ class Pricing:
     ssm_verify: str = "stree"
     temperature: float = 0.0
 
-    @cached_property
-    def draft_level_s(self) -> float:
-        """Seconds for one draft level (0 for a model-free drafter)."""
-        if self.drafter is None:
-            return 0.0
-        return float(self.drafter.forward_time(self.batch, 1, self.context_len))
-
     def level_s(self, source: str, forwarded: int = 1) -> float:
         """Seconds of one drafted level of `source`: a model-free drafter's propose call
         (`drafter_s`), or a draft-model forward of the `forwarded` nodes it runs (the parents
