@@ -165,12 +165,11 @@ def _validate(out: Path, cpu_profile: Path, seed: int, quick: bool, console: Con
         write_table,
     )
 
-    request = ValidateRequest(hw=str(cpu_profile), model="tiny-code", device="cpu",
-                              quick=True, seed=seed)
-    if quick:  # one draft tree, one n-gram chain, Goose; fewer prompts
-        request = ValidateRequest(hw=str(cpu_profile), model="tiny-code", device="cpu",
-                                  seed=seed, configs=(QUICK[0], QUICK[5], QUICK[6]),
-                                  sizes=Sizes(per_half=24, max_new=32, passes=1, recheck=1))
+    # --quick: one draft tree, one n-gram chain, Goose, on fewer prompts
+    request = ValidateRequest(
+        hw=str(cpu_profile), model="tiny-code", device="cpu", quick=True, seed=seed,
+        configs=(QUICK[0], QUICK[5], QUICK[6]) if quick else None,
+        sizes=Sizes(per_half=24, max_new=32, passes=1, recheck=1) if quick else None)
     with console.status("4. validating predictions against real runs on held-out prompts"):
         result = run_validate(request)
     write_table(result, out / "validate")
