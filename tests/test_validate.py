@@ -33,7 +33,7 @@ def test_contenders_are_the_recommendation_and_the_measured_fastest() -> None:
 
     grid = config_grid(quick=True)
     # predicted tokens/s rises along the grid; measured tokens/s falls along it
-    predictions = {c: NS(tokens_per_step=2.0, step_s=1.0 / (i + 1)) for i, c in enumerate(grid)}
+    predictions = {c: NS(tokens_per_s=2.0 * (i + 1)) for i, c in enumerate(grid)}
     best = {c: NS(tokens=100, decode_s=1.0 + i) for i, c in enumerate(grid)}
     assert contenders(grid, predictions, best, 4) == [grid[-1], *grid[:3]]
     # the recommendation among the fastest is not timed twice

@@ -160,11 +160,11 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
                           else None, round(trace.mean_context_len), temperature=c.temperature)
         predictions[c] = predict(c, trace, pricing, draft.name, req.seed)
     best: dict[Config, Measured] = {}
-    passes = [configs] * sizes.passes
     for i in range(sizes.passes + sizes.recheck):
-        if i >= sizes.passes:  # the comparison the recommendation is judged by, re-timed
-            passes.append(contenders(configs, predictions, best, rechecked))
-        for c in passes[i]:  # interleaved: every config sees the same drift in load
+        # after the full passes, the comparison the recommendation is judged by, re-timed
+        timed = configs if i < sizes.passes else contenders(configs, predictions, best,
+                                                              rechecked)
+        for c in timed:  # interleaved: every config sees the same drift in load
             run = measure(c, predictions[c], target, draft, traces[c.temperature], held_out,
                           sizes.max_new, req.seed)
             if c not in best or run.decode_s < best[c].decode_s:
@@ -192,7 +192,7 @@ def contenders(configs: Sequence[Config], predictions: dict[Config, Prediction],
     re-timed in extra interleaved passes (fastest kept, as for every pass), so that a burst of
     load from elsewhere during one run does not decide whether the recommendation measures
     within reach of the best."""
-    pick = max(configs, key=lambda c: predictions[c].tokens_per_step / predictions[c].step_s)
+    pick = max(configs, key=lambda c: predictions[c].tokens_per_s)
     fastest = sorted(configs, key=lambda c: best[c].decode_s / best[c].tokens)
     return [pick, *[c for c in fastest if c != pick][: count - 1]]
 

@@ -51,6 +51,11 @@ class Prediction:
         """Seconds of one speculative step."""
         return self.draft_s + self.verify_s + self.bookkeeping_s
 
+    @property
+    def tokens_per_s(self) -> float:
+        """Predicted tokens per second."""
+        return self.tokens_per_step / self.step_s
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -101,7 +106,7 @@ class Outcome:
     @property
     def predicted_tokens_per_s(self) -> float:
         """Predicted tokens per second."""
-        return self.predicted.tokens_per_step / self.predicted.step_s
+        return self.predicted.tokens_per_s
 
     def phase_s(self, phase: str) -> tuple[float, float]:
         """(predicted, measured) seconds per step of `phase` (draft, verify, bookkeeping)."""
