@@ -51,7 +51,14 @@ class Pricing:
         if self.drafter is None:
             return 0.0
         forward = self.drafter.forward_time(self.batch, forwarded, self.context_len)
-        return float(forward) + hw.draft_level_host_s + hw.draft_cold_s
+        return float(forward) + self.level_host_s
+
+    @cached_property
+    def level_host_s(self) -> float:
+        """Seconds a draft-model level pays beyond its forward: the host's work and the
+        forward's slowdown in a loop that alternates it with the target's."""
+        hw = self.target.hw
+        return hw.draft_level_host_s + hw.draft_cold_s
 
     def calls_s(self, source: str, forwarded: Sequence[int]) -> float:
         """Seconds of a dynamic builder's propose calls, each forwarding `forwarded[i]` nodes

@@ -160,16 +160,12 @@ class HostTerms:
 
 def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0
                ) -> HostTerms:
-    """The host terms of `Pricing` on these models at `temperature`: what its draft level and
-    verification cost beyond the forwards they run, read off one reference step, so that the
-    simulator and the optimizers price the loop's host work alike whatever `Pricing` counts in
-    it."""
+    """The host terms of `Pricing` on these models at `temperature` (what its draft level and
+    verification pay beyond their forwards), so that the simulator and the optimizers price the
+    loop's host work alike."""
     ref = Pricing(target, drafter, 1, temperature=temperature)
-    forward = float(target.verify_time(2, 1, batch=1, depth=1, ssm_verify=ref.ssm_verify))
-    level = 0.0
-    if drafter is not None:
-        level = ref.level_s("draft", 1) - float(drafter.forward_time(1, 1, 1))
-    return HostTerms(level, ref.verify_s(2, 1) - forward, ref.bookkeeping_s, ref.level_s)
+    level = ref.level_host_s if drafter is not None else 0.0
+    return HostTerms(level, ref.verify_extra_s, ref.bookkeeping_s, ref.level_s)
 
 
 @dataclass(frozen=True)
