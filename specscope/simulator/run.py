@@ -20,7 +20,7 @@ import simpy
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
 from specscope.models import ModelSpec, get_model, list_models
-from specscope.optimizers.run import read_tree_file
+from specscope.optimizers.run import TreeFile, read_tree_file
 from specscope.simulator.acceptance import Acceptance
 from specscope.simulator.entities import Group, KVCost, KVSpace, Request, kv_capacity
 from specscope.simulator.events import EventLog
@@ -50,7 +50,8 @@ class SimulateRequest:
     drafter: str | None = None
     trace: Trace | None = None
     policy: str = "none"
-    tree: Path | None = None
+    tree: Path | Tree | None = None
+    """The static policy's tree: a tree or optimize-tree JSON file, or a `Tree`."""
     algo: str | None = None
     budget: int = 16
     max_depth: int = 12
@@ -226,14 +227,15 @@ def _acceptance_model(req: SimulateRequest, source: str) -> AcceptanceModel:
 
 
 def _tree(req: SimulateRequest, target: str, source: str) -> Tree | None:
-    """The `--tree` file's tree, checked against the simulated target and drafter source; a
-    tree of the unnamed draft source ("draft", from `optimize-tree --acceptance`) is taken
-    as the simulated draft model's."""
+    """The `--tree` file's tree (or the `Tree` given), checked against the simulated target
+    and drafter source; a tree of the unnamed draft source ("draft", from `optimize-tree
+    --acceptance`) is taken as the simulated draft model's."""
     if req.tree is None:
         if req.algo is not None:
             raise InputError("--algo picks a method of a --tree file; give --tree")
         return None
-    found = read_tree_file(req.tree, req.algo)
+    found = (TreeFile(req.tree) if isinstance(req.tree, Tree)
+             else read_tree_file(req.tree, req.algo))
     if found.target is not None and found.target != target:
         raise InputError(f"--tree {req.tree}: optimised for target {found.target}, "
                          f"simulating {target}")

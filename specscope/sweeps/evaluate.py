@@ -22,11 +22,9 @@ method that needs a trace) is recorded as skipped with the reason.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -123,20 +121,17 @@ def _analytic(cell: Cell, trace: Trace | None) -> dict[str, Any]:
 
 
 def _simulated(cell: Cell, trace: Trace | None) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as folder:
-        tree_file = None
-        if cell.method not in POLICIES:  # a tree method: its tree served as a static tree
-            tree_file = Path(folder) / "tree.json"
-            tree_file.write_text(_tree(cell, _setup(cell, trace, _pricing(cell, trace)))[0]
-                                 .to_json())
-        request = SimulateRequest(
-            hw=cell.hardware, target=cell.target,
-            drafter=None if cell.drafter == NO_DRAFTER else cell.drafter, trace=trace,
-            policy="static" if tree_file else cell.method, tree=tree_file, budget=cell.budget,
-            max_depth=cell.max_depth, acceptance=cell.acceptance.vector, runtime=cell.runtime,
-            tp=cell.tp, weight_bits=cell.weight_bits, rate=float(cell.rate or 0.0),
-            max_batch=cell.batch, seed=cell.seed, **dict(cell.simulation))
-        summary = run_simulation(request).summary
+    tree = None
+    if cell.method not in POLICIES:  # a tree method: its tree served as a static tree
+        tree = _tree(cell, _setup(cell, trace, _pricing(cell, trace)))[0]
+    request = SimulateRequest(
+        hw=cell.hardware, target=cell.target,
+        drafter=None if cell.drafter == NO_DRAFTER else cell.drafter, trace=trace,
+        policy="static" if tree else cell.method, tree=tree, budget=cell.budget,
+        max_depth=cell.max_depth, acceptance=cell.acceptance.vector, runtime=cell.runtime,
+        tp=cell.tp, weight_bits=cell.weight_bits, rate=float(cell.rate or 0.0),
+        max_batch=cell.batch, seed=cell.seed, **dict(cell.simulation))
+    summary = run_simulation(request).summary
     return {name: summary[name] for name in SIMULATED}
 
 
