@@ -27,6 +27,7 @@ from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
 from specscope.hw_profiles.profile import DATA_DIR
 from specscope.optimizers.run import OptimizeRequest, OptimizeResult, run_optimize
+from specscope.optimizers.scoring import Score
 from specscope.tables import generate_table, optimize_table
 from specscope.trace import synth_trace, write_trace
 
@@ -45,11 +46,11 @@ def run_demo(seed: int, console: Console, out: Path = DEMO_DIR, quick: bool = Fa
     out.mkdir(parents=True, exist_ok=True)
     cpu_profile = _measure(out, console)
     real, synthetic = _traces(out, seed, quick, console)
-    trees = _optimize(out, synthetic, real, cpu_profile, console)
+    trees, best_here = _optimize(out, synthetic, real, cpu_profile, console)
     _simulate(out, synthetic, trees, seed, quick, console)
     _validate(out, cpu_profile, seed, quick, console)
     if not quick:
-        _decode(out, trees["this-machine"], seed, console)
+        _decode(out, best_here, seed, console)
     from specscope.dashboards import build_report
 
     report = out / "report.html"
@@ -88,9 +89,9 @@ def _traces(out: Path, seed: int, quick: bool, console: Console) -> tuple[Path, 
 
 
 def _optimize(out: Path, synthetic: Path, real: Path, cpu_profile: Path, console: Console
-              ) -> dict[str, Path]:
-    """Every shipped profile on the synthetic trace, this machine on the real one; the JSON
-    files by hardware name."""
+              ) -> tuple[dict[str, Path], Score]:
+    """Every shipped profile on the synthetic trace, this machine on the real one: the JSON
+    files by hardware name, and this machine's best tree."""
     folder = out / "optimize"
     written: dict[str, Path] = {}
     summary = Table(title=f"2. Best tree per hardware ({SIM_TARGET} verifying, {SIM_DRAFT} "
@@ -118,7 +119,7 @@ def _optimize(out: Path, synthetic: Path, real: Path, cpu_profile: Path, console
                                           budgets=[4, 8, 16], algos="sequoia,goose,chain"))
     written["this-machine"] = _write(folder / "this-machine.json", result)
     console.print(optimize_table(result))
-    return written
+    return written, result.comparison.scores[0]
 
 
 def _write(path: Path, result: OptimizeResult) -> Path:
@@ -180,20 +181,18 @@ def _validate(out: Path, cpu_profile: Path, seed: int, quick: bool, console: Con
     console.print(recommendation_line(doc))
 
 
-def _decode(out: Path, optimized: Path, seed: int, console: Console) -> None:
+def _decode(out: Path, best: Score, seed: int, console: Console) -> None:
     from specscope.executor.generate import generate
 
-    result = json.loads(optimized.read_text())
-    best = result["results"][0]
     tree_path = out / "best-tree.json"
-    write_text_atomic(tree_path, json.dumps(best["tree"]))
-    drafter = "goose" if best["algo"] == "goose" else "ngram"
-    with console.status(f"5. decoding with {best['algo']}'s tree (n = {best['n']})"):
+    write_text_atomic(tree_path, best.tree.to_json())
+    drafter = "goose" if best.algo == "goose" else "ngram"
+    with console.status(f"5. decoding with {best.algo}'s tree (n = {best.tree.size})"):
         run = generate("tiny-code", drafter, REAL_PROMPTS, n=8, max_new=48, tree=tree_path,
                        seed=seed, verify_lossless=True, threads=1)
     console.print(f"[bold]5. Real speculative decoding[/] on {REAL_PROMPTS} with this machine's "
-                  f"predicted best tree ({best['algo']}, {tree_path}), checked lossless")
+                  f"predicted best tree ({best.algo}, {tree_path}), checked lossless")
     console.print(generate_table(run.to_dict()))
-    console.print(f"tokens/step: replay predicted {best.get('replay_tokens', 0):.2f}, measured "
-                  f"{run.tokens_per_step:.2f}. Speedup: predicted {best['speedup']:.2f}× on this "
+    console.print(f"tokens/step: replay predicted {best.replay_tokens:.2f}, measured "
+                  f"{run.tokens_per_step:.2f}. Speedup: predicted {best.speedup:.2f}× on this "
                   f"machine's profile, measured {run.speedup:.2f}× here.")
