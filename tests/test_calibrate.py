@@ -62,6 +62,9 @@ def test_tiny_run_writes_a_profile_that_load_profile_finds_and_cost_model_prices
     # the sampled rule works on probabilities: it costs more host time than the greedy one
     assert hw.sampled_verify_host_s > hw.verify_host_s > 0
     assert 0 <= hw.draft_cold_s < 0.01 and 0 <= hw.verify_cold_s < 0.01
+    assert 0 <= hw.draft_node_host_s < 0.01 and 0 <= hw.dyspec_node_host_s < 0.01
+    # SpecDec++'s stop check (features and the predictor, every drafted token) costs host time
+    assert 0 < hw.stop_rule_s < 0.01
     # every step and prompt measured is a [[measured]] table of the eager runtime
     contexts = {(m.model, m.context) for m in hw.measured}
     assert contexts == {(m, c) for m in TINY.models for c in (0, *TINY.contexts)}

@@ -11,6 +11,7 @@ from specscope.models import get_model
 from specscope.optimizers.compare import METHOD_NAMES, Setup, compare
 from specscope.optimizers.scoring import Pricing
 from specscope.trace import AcceptanceModel, RankedBehaviour, synth_trace
+from specscope.tree import Tree
 
 SOURCE = "draft:llama-68m"
 
@@ -56,9 +57,11 @@ def test_pricing_adds_the_loop_slowdowns_and_the_sampled_rule_where_they_are_pai
     import dataclasses
 
     base = dataclasses.replace(load_profile("cpu-2core"), draft_cold_s=0.0, verify_cold_s=0.0,
-                               sampled_verify_host_s=0.0)
+                               sampled_verify_host_s=0.0, draft_node_host_s=0.0,
+                               dyspec_node_host_s=0.0)
     hw = dataclasses.replace(base, draft_cold_s=1e-3, verify_cold_s=2e-3,
-                             sampled_verify_host_s=base.verify_host_s + 4e-3)
+                             sampled_verify_host_s=base.verify_host_s + 4e-3,
+                             draft_node_host_s=5e-4, dyspec_node_host_s=7e-4)
 
     def pricing(profile: object, draft: bool, temperature: float = 0.0) -> Pricing:
         return Pricing(CostModel(profile, get_model("tiny-code")),
@@ -73,5 +76,13 @@ def test_pricing_adds_the_loop_slowdowns_and_the_sampled_rule_where_they_are_pai
         assert slow.verify_s(5, 4) - plain.verify_s(5, 4) == pytest.approx(2 * cold)
         hot = pricing(hw, draft, temperature=0.7)
         assert hot.verify_s(5, 4) - slow.verify_s(5, 4) == pytest.approx(4e-3)
-    calls = pricing(hw, True).calls_s("draft:x", [1, 4, 6])
-    assert calls == pytest.approx(sum(pricing(hw, True).level_s("draft:x", f) for f in (1, 4, 6)))
+    # a level proposing for more nodes pays the per-node host work for each beyond the first
+    wide = pricing(hw, True)
+    assert wide.level_s("draft:x", 7, 3) - wide.level_s("draft:x", 7) == pytest.approx(1e-3)
+    fan = Tree.from_parents([-1, 0, 0, 1, 1, 2, 2])  # level 2 proposes for two parents
+    assert wide.draft_s(fan) == pytest.approx(wide.level_s("draft", 1)
+                                              + wide.level_s("draft", 3, 2))
+    # DySpec's live calls pay its own per-node figure
+    calls = wide.dyspec_calls_s("draft:x", [1, 4, 6], [1, 3, 2])
+    assert calls == pytest.approx(sum(wide.level_s("draft:x", f) for f in (1, 4, 6))
+                                  + 3 * 7e-4)

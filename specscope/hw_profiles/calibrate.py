@@ -295,7 +295,8 @@ def _loop_fields(loop: LoopCosts | None) -> dict[str, Any]:
     return dict(drafter_s=dict(loop.drafter_s), speculation_step_s=loop.step_s,
                 draft_level_host_s=loop.draft_level_s, verify_host_s=loop.verify_host_s,
                 sampled_verify_host_s=loop.sampled_verify_host_s, draft_cold_s=loop.draft_cold_s,
-                verify_cold_s=loop.verify_cold_s)
+                verify_cold_s=loop.verify_cold_s, draft_node_host_s=loop.node_s,
+                dyspec_node_host_s=loop.dyspec_node_s, stop_rule_s=loop.stop_rule_s)
 
 
 
@@ -384,6 +385,12 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
             "over the same forward alone",
             f"cold_verify_us = {loop.verify_cold_s * 1e6:.4g}    # the target's forward in a "
             "loop with a draft model over the same forward alone",
+            f"node_us = {loop.node_s * 1e6:.4g}    # per draft-model level, per further node it "
+            "proposes for",
+            f"dyspec_node_us = {loop.dyspec_node_s * 1e6:.4g}    # the same in DySpec's live "
+            "builder",
+            f"stop_rule_us = {loop.stop_rule_s * 1e6:.4g}    # SpecDec++'s stop check per "
+            "drafted token",
             "",
         ]
     for fit in fits.values():

@@ -6,6 +6,7 @@ bookkeeping. `calibrate.py` fits and writes what these return.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import gc
@@ -28,8 +29,10 @@ from specscope.models.spec import ModelSpec
 from specscope.models.torch import Hybrid, Mamba2, Transformer
 from specscope.tree import Tree
 
-if TYPE_CHECKING:  # the drafters import polars, which the GPU image may lack
-    pass
+if TYPE_CHECKING:  # the executor's loop imports polars, which the GPU image may lack
+    from specscope.executor.loop import PhaseTimes
+    from specscope.executor.methods import Method
+    from specscope.optimizers.specdecpp_predictor import AcceptancePredictor
 
 DRAFTER_TREE = 15
 """Drafters are timed filling a complete binary tree of this many nodes: three propose calls (over
@@ -225,6 +228,12 @@ class LoopCosts:
     verify_cold_s: float
     """Per verification in a loop with a draft model: the target's forward there over the same
     forward repeated alone."""
+    node_s: float = 0.0
+    """Per draft-model level, per node it proposes for beyond the first (a static tree)."""
+    dyspec_node_s: float = 0.0
+    """The same in DySpec's live builder."""
+    stop_rule_s: float = 0.0
+    """Per token SpecDec++ drafts: its stop check beyond a chain's level."""
 
 
 class _Timed:
@@ -259,6 +268,31 @@ class _Timed:
         return {n: statistics.median(v) for n, v in out.items()}
 
 
+@dataclass(frozen=True)
+class _Run:
+    """One timed `decode_speculative` run: its phases, steps, and per propose call the nodes
+    proposed for; the target's and the draft's forwards."""
+
+    times: PhaseTimes
+    steps: int
+    widths: list[int]
+    verified: _Timed
+    drafted: _Timed | None
+
+    def host_per_call(self) -> float:
+        """The drafting phase beyond the draft's forwards, per propose call."""
+        forwards = sum(self.drafted.seconds) if self.drafted else 0.0
+        return (self.times.draft_s - forwards) / len(self.widths)
+
+    def mean_width(self) -> float:
+        """Nodes proposed for per call."""
+        return statistics.fmean(self.widths)
+
+
+DYSPEC_BUDGET = 32
+"""Tree size of the DySpec runs that price its builder's per-node work."""
+
+
 def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: int,
                  runs: int = 3) -> LoopCosts:
     """The loop's host costs measured inside `decode_speculative` (the zoo's tiny-code target,
@@ -267,58 +301,104 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
 
     Model-free drafters draft chains of `levels`, greedy; their drafting phase
     (`PhaseTimes.draft_s`) is divided by their propose calls (wider levels cost more per call:
-    a binary tree's calls measured ≈ 2× a chain's for n-gram, which this leaves out). The draft
-    model (`draft`, random weights, under `runtime`) drafts a chain of `levels`; its drafting
-    phase less its forwards, timed in the same run, per forward. The verification phase less
-    the target's forwards, timed in the same run, per step, greedy and (n-gram, the
-    deterministic rule) at `SAMPLED_TEMPERATURE`. Subtracting what ran in the same run, not a
-    model's price, keeps a shared machine's drift out of the difference. For the same reason the
-    forwards' slowdown inside the draft-model loop (on a CPU the draft and the target evict each
-    other's weights from cache) is paired: right after each run the same forwards are timed
-    alone, and the run's figure is the median over sizes of in-loop less alone; the slowdown is
-    the median over runs. The other quantities are the fastest of `runs`; bookkeeping is the
-    median per step."""
-    from specscope.executor.drafters import make_drafter
-    from specscope.executor.loop import PhaseTimes, decode_speculative
-    from specscope.executor.methods import static_method
-
+    a binary tree's calls measured ≈ 2× a chain's for n-gram, which this leaves out). The
+    verification phase less the target's forwards, timed in the same run, per step, greedy and
+    (n-gram, the deterministic rule) at `SAMPLED_TEMPERATURE`. The draft model (`draft`, random
+    weights, under `runtime`) drafts, in each of `runs` rounds, a chain of `levels`, a complete
+    binary tree of `DRAFTER_TREE` nodes, DySpec's tree of `DYSPEC_BUDGET` and SpecDec++'s
+    chain of `levels` (a predictor that never stops it early: its check runs at every level);
+    per propose call, the drafting phase less the forwards timed in the same run is its host
+    work. The chain's is the level's; the tree's and DySpec's excess over it, per further node
+    proposed for, their per-node work; SpecDec++'s excess its stop check. Each is the median
+    over rounds of the figures paired within a round. Subtracting what ran in the same run,
+    not a model's price, keeps a shared machine's drift out of the difference. For the same
+    reason the forwards' slowdown inside the draft-model loop (on a CPU the draft and the
+    target evict each other's weights from cache) is paired: right after each chain run the
+    same forwards are timed alone, and the run's figure is the median over sizes of in-loop
+    less alone; the slowdown is the median over runs. The model-free figures are the fastest of
+    `runs`; bookkeeping is the median per step."""
     target = load_model(BOOKKEEPING_TARGET, runtime=dataclasses.replace(runtime, kind="eager"))[0]
-    model = build(draft, runtime, len(prompt) + 2 * LOOP_TOKENS + levels + 1)
-    method = static_method("chain", Tree.chain(levels), "profile-hw")
-    drafter_s: dict[str, float] = {}
-    levels_s, verify_s, sampled_s, bookkeeping = [], [], [], []
-    cold: dict[str, list[float]] = {"draft": [], "target": []}
+    model = build(draft, runtime, len(prompt) + 2 * LOOP_TOKENS + DYSPEC_BUDGET + 1)
     context = prompt + [0] * (LOOP_TOKENS // 2)
-    plan = [(kind, 0.0) for kind in (*DRAFTERS, "draft")] + [("ngram", SAMPLED_TEMPERATURE)]
-    for kind, temperature in plan:
+    drafter_s: dict[str, float] = {}
+    verify_s, sampled_s, bookkeeping = [], [], []
+    for kind, temperature in [(kind, 0.0) for kind in DRAFTERS] + [("ngram", SAMPLED_TEMPERATURE)]:
         for _ in range(runs):
-            drafter = make_drafter(kind, target.vocab_size, model, None, temperature)
-            proposals: list[int] = []
-            propose = drafter.propose
-            drafter.propose = (lambda nodes, k, f=propose, calls=proposals:
-                               (calls.append(1), f(nodes, k))[1])
-            times = PhaseTimes()
-            rule = "greedy" if temperature == 0 else "deterministic"
-            with _Timed(target) as verified, _Timed(model) as drafted:
-                steps = len(decode_speculative(target, drafter, method, prompt, LOOP_TOKENS, rule,
-                                               temperature, times=times).tree_sizes)
-            host = (times.verify_s - sum(verified.seconds)) / steps
+            run = _loop_run(target, kind, None, _draft_methods(levels)["chain"], prompt,
+                            temperature)
+            host = (run.times.verify_s - sum(run.verified.seconds)) / run.steps
             if temperature > 0:
                 sampled_s.append(host)
                 continue
-            bookkeeping.append(times.bookkeeping_s / steps)
+            bookkeeping.append(run.times.bookkeeping_s / run.steps)
             verify_s.append(host)
-            if kind == "draft":
-                levels_s.append((times.draft_s - sum(drafted.seconds)) / len(drafted.seconds))
-                cold["draft"].append(_slowdown(model, drafted.by_size(), context, runtime))
-                cold["target"].append(_slowdown(target, verified.by_size(), context, runtime))
-            else:
-                drafter_s[kind] = min(drafter_s.get(kind, float("inf")),
-                                      times.draft_s / len(proposals))
-    return LoopCosts(drafter_s, max(0.0, min(levels_s)), max(0.0, min(verify_s)),
+            drafter_s[kind] = min(drafter_s.get(kind, float("inf")), run.host_per_call())
+    rounds: dict[str, list[float]] = {k: [] for k in ("level", "node", "dyspec", "stop", "draft",
+                                                      "target")}
+    for _ in range(runs):
+        done = {name: _loop_run(target, "draft", model, method, prompt, 0.0)
+                for name, method in _draft_methods(levels).items()}
+        chain = done["chain"]
+        level = chain.host_per_call()
+        rounds["level"].append(level)
+        for name, key in (("tree", "node"), ("dyspec", "dyspec")):
+            extra = done[name].mean_width() - 1
+            rounds[key].append((done[name].host_per_call() - level) / extra if extra else 0.0)
+        rounds["stop"].append(done["specdecpp"].host_per_call() - level)
+        rounds["draft"].append(_slowdown(model, chain.drafted.by_size(), context, runtime))
+        rounds["target"].append(_slowdown(target, chain.verified.by_size(), context, runtime))
+        bookkeeping.append(chain.times.bookkeeping_s / chain.steps)
+        verify_s.append((chain.times.verify_s - sum(chain.verified.seconds)) / chain.steps)
+    median = {k: max(0.0, statistics.median(v)) for k, v in rounds.items()}
+    return LoopCosts(drafter_s, median["level"], max(0.0, min(verify_s)),
                      max(0.0, min(sampled_s)), statistics.median(bookkeeping),
-                     max(0.0, statistics.median(cold["draft"])),
-                     max(0.0, statistics.median(cold["target"])))
+                     median["draft"], median["target"], median["node"], median["dyspec"],
+                     median["stop"])
+
+
+def _draft_methods(levels: int) -> dict[str, Method]:
+    """The draft model's shapes of `measure_loop`, by name."""
+    from specscope.executor.methods import dyspec_method, specdecpp_method, static_method
+
+    return {
+        "chain": static_method("chain", Tree.chain(levels), "profile-hw"),
+        "tree": static_method("tree", binary_tree(DRAFTER_TREE), "profile-hw"),
+        "dyspec": dyspec_method(DYSPEC_BUDGET),
+        "specdecpp": specdecpp_method(_never_stopping(), levels + 1, "profile-hw"),
+    }
+
+
+def _never_stopping() -> AcceptancePredictor:
+    """A SpecDec++ predictor whose estimate is ≈ 1 for every token: its policy drafts to its
+    cap, checking the stop rule after every token as a fitted one does (the cost is the same
+    whatever the coefficients)."""
+    import numpy as np
+    import polars as pl
+
+    from specscope.optimizers.specdecpp_predictor import FEATURES, AcceptancePredictor
+
+    width = len(FEATURES)
+    return AcceptancePredictor("draft", np.r_[np.zeros(width), 30.0], np.zeros(width),
+                               np.ones(width), 0, 0, 1.0, 0.0, 0.0, pl.DataFrame())
+
+
+def _loop_run(target: Model, kind: str, model: Model | None, method: Method,
+              prompt: list[int], temperature: float) -> _Run:
+    """Decode `prompt` once with a fresh drafter of `kind` and `method`, timed."""
+    from specscope.executor.drafters import make_drafter
+    from specscope.executor.loop import PhaseTimes, decode_speculative
+
+    drafter = make_drafter(kind, target.vocab_size, model, None, temperature)
+    widths: list[int] = []
+    propose = drafter.propose
+    drafter.propose = (lambda nodes, k, f=propose: (widths.append(len(nodes)), f(nodes, k))[1])
+    times = PhaseTimes()
+    rule = "greedy" if temperature == 0 else "deterministic"
+    drafted = _Timed(model) if model is not None else None
+    with _Timed(target) as verified, drafted or contextlib.nullcontext():
+        steps = len(decode_speculative(target, drafter, method, prompt, LOOP_TOKENS, rule,
+                                       temperature, times=times).tree_sizes)
+    return _Run(times, steps, widths, verified, drafted)
 
 
 def _slowdown(model: Model, in_loop: dict[int, float], context: list[int], runtime: Runtime

@@ -74,7 +74,11 @@ class HardwareProfile:
     and the target's verification take inside a loop that alternates the two models over the
     same forward repeated alone (on a CPU each evicts the other's weights from cache; ≈ 0 on a
     GPU); sampled_verify_host_s: verify_host_s at temperature > 0, where the rule works on
-    probabilities (all measured by profile-hw in the decode loop; 0 when not measured).
+    probabilities; draft_node_host_s: host seconds a draft-model level pays per node it proposes
+    for beyond the first (a static tree's top-k per node), dyspec_node_host_s the same in
+    DySpec's live builder (its candidate heap as well); stop_rule_s: host seconds of SpecDec++'s
+    stop check per drafted token (features, predictor) (all measured by profile-hw in the decode
+    loop; 0 when not measured).
     """
 
     name: str
@@ -103,6 +107,9 @@ class HardwareProfile:
     sampled_verify_host_s: float = 0.0
     draft_cold_s: float = 0.0
     verify_cold_s: float = 0.0
+    draft_node_host_s: float = 0.0
+    dyspec_node_host_s: float = 0.0
+    stop_rule_s: float = 0.0
 
     def verify_host(self, temperature: float) -> float:
         """Host seconds per verification at `temperature` (the greedy figure where the profile
@@ -269,6 +276,9 @@ def load_profile(name: str | Path) -> HardwareProfile:
         sampled_verify_host_s=_optional(data, "speculation", "sampled_verify_us", path) * 1e-6,
         draft_cold_s=_optional(data, "speculation", "cold_level_us", path) * 1e-6,
         verify_cold_s=_optional(data, "speculation", "cold_verify_us", path) * 1e-6,
+        draft_node_host_s=_optional(data, "speculation", "node_us", path) * 1e-6,
+        dyspec_node_host_s=_optional(data, "speculation", "dyspec_node_us", path) * 1e-6,
+        stop_rule_s=_optional(data, "speculation", "stop_rule_us", path) * 1e-6,
     )
 
 

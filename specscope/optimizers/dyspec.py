@@ -88,7 +88,8 @@ class DraftedTree:
     scores[0] = 1); scores are the path scores f(v), the policy's estimate of the probability
     that v is accepted. forwards counts `propose` calls (draft forward passes); forwarded holds,
     per call, the nodes a draft model runs for it (the expanded nodes, their ancestors and the
-    root), where the builder records them.
+    root), and expanded the nodes the call proposes candidates for, where the builder records
+    them.
     """
 
     tree: Tree
@@ -96,6 +97,7 @@ class DraftedTree:
     scores: np.ndarray
     forwards: int
     forwarded: tuple[int, ...] = ()
+    expanded: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -190,13 +192,14 @@ class DySpecPolicy:
         # suffix minima of the path scores along the chain of frontier predecessors.
         priority: list[tuple[tuple[float, tuple[int, ...]], ...]] = [()]
         kept: list[int] = []  # the budget − 1 first candidates in pop order
-        level, forwarded = [0], []
+        level, forwarded, expanded = [0], [], []
         for d in range(self.max_depth):
             if not level:
                 break
             nodes = [DraftNode(v, parent[v], token[v], d) for v in level]
             proposals = propose(nodes)
             forwarded.append(_with_ancestors(level, parent))
+            expanded.append(len(level))
             if len(proposals) != len(nodes):
                 raise InputError(
                     f"propose returned {len(proposals)} proposals for {len(nodes)} nodes"
@@ -223,7 +226,8 @@ class DySpecPolicy:
                     kept.append(len(parent) - 1)
             kept = sorted(kept, key=priority.__getitem__)[: self.budget - 1]
             level = [v for v in kept if depth[v] == d + 1][: self.beam]
-        return _drafted(kept, parent, rank, token, score, self.source, tuple(forwarded))
+        return _drafted(kept, parent, rank, token, score, self.source, tuple(forwarded),
+                        tuple(expanded))
 
 
 def _with_ancestors(level: list[int], parent: list[int]) -> int:
@@ -244,6 +248,7 @@ def _drafted(
     score: list[float],
     source: str,
     forwarded: tuple[int, ...],
+    expanded: tuple[int, ...],
 ) -> DraftedTree:
     """The kept candidates as a breadth-first tree (siblings by rank), with their tokens."""
     index = {0: 0}
@@ -271,6 +276,7 @@ def _drafted(
         np.array([score[v] for v in order]),
         len(forwarded),
         forwarded,
+        expanded,
     )
 
 

@@ -5,14 +5,17 @@ loop's bookkeeping: step = Σ_levels t_level + t_verify(n) + t_step. A draft-mod
 draft forward of a single token at the context length (draft levels of a small model at batch 1
 are memory-bound, so a level of width w costs about the same; the executor measures the
 difference; a tree's level forwards the nodes above it) plus the host's per-level work (tree
-build, top-k: the profile's `draft_level_host_s`) and the forward's slowdown in a loop that
-alternates it with the target's (`draft_cold_s`); a model-free drafter's level (n-gram, suffix,
-recycling) is one proposal call, `drafter_s[source]` on the profile; t_step is the profile's
-`speculation_step_s` (commit, drafter updates); verification adds the profile's host work (the
-step's tensors, the rule: `verify_host_s`, or `sampled_verify_host_s` at temperature > 0) to
-the target's forward, and `verify_cold_s` when a draft model ran before it. Host costs a
-profile has not measured count 0. Speedup compares tokens/s with autoregressive decoding (one
-target forward per token) on the same hardware and context.
+build, top-k: the profile's `draft_level_host_s`, and `draft_node_host_s` per further node the
+level proposes for) and the forward's slowdown in a loop that alternates it with the target's
+(`draft_cold_s`); DySpec's live builder pays `dyspec_node_host_s` per further node instead (its
+candidate heap), SpecDec++ `stop_rule_s` per drafted token (its stop check); a model-free
+drafter's level (n-gram, suffix, recycling) is one proposal call, `drafter_s[source]` on the
+profile; t_step is the profile's `speculation_step_s` (commit, drafter updates); verification
+adds the profile's host work (the step's tensors, the rule: `verify_host_s`, or
+`sampled_verify_host_s` at temperature > 0) to the target's forward, and `verify_cold_s` when a
+draft model ran before it. Host costs a profile has not measured count 0. Speedup compares
+tokens/s with autoregressive decoding (one target forward per token) on the same hardware and
+context.
 """
 
 from __future__ import annotations
@@ -41,15 +44,19 @@ class Pricing:
     ssm_verify: str = "stree"
     temperature: float = 0.0
 
-    def level_s(self, source: str, forwarded: int = 1) -> float:
+    def level_s(self, source: str, forwarded: int = 1, expanded: int = 1) -> float:
         """Seconds of one drafted level of `source`: a model-free drafter's propose call
         (`drafter_s`), or a draft-model forward of the `forwarded` nodes it runs (the parents
-        and their ancestors) plus its host work."""
+        and their ancestors) plus its host work for the `expanded` parents it proposes for."""
         hw = self.target.hw
         if source in MODEL_FREE_SOURCES:
             return hw.drafter_s.get(source, 0.0)
         if self.drafter is None:
             return 0.0
+        return self._forward_s(forwarded) + (expanded - 1) * hw.draft_node_host_s
+
+    def _forward_s(self, forwarded: int) -> float:
+        """A draft-model level's forward of `forwarded` nodes and its per-call host work."""
         forward = self.drafter.forward_time(self.batch, forwarded, self.context_len)
         return float(forward) + self.level_host_s
 
@@ -60,10 +67,20 @@ class Pricing:
         hw = self.target.hw
         return hw.draft_level_host_s + hw.draft_cold_s
 
-    def calls_s(self, source: str, forwarded: Sequence[int]) -> float:
-        """Seconds of a dynamic builder's propose calls, each forwarding `forwarded[i]` nodes
-        (`DraftedTree.forwarded`)."""
-        return sum(self.level_s(source, f) for f in forwarded)
+    def dyspec_calls_s(self, source: str, forwarded: Sequence[int], expanded: Sequence[int]
+                       ) -> float:
+        """Seconds of DySpec's live propose calls, each forwarding `forwarded[i]` nodes and
+        proposing for `expanded[i]` (`DraftedTree.forwarded`, `.expanded`)."""
+        if source in MODEL_FREE_SOURCES or self.drafter is None:
+            return sum(self.level_s(source) for _ in forwarded)
+        node = self.target.hw.dyspec_node_host_s
+        return sum(self._forward_s(f) + (e - 1) * node
+                   for f, e in zip(forwarded, expanded, strict=True))
+
+    @property
+    def stop_rule_s(self) -> float:
+        """Host seconds of SpecDec++'s stop check per drafted token."""
+        return self.target.hw.stop_rule_s
 
     @property
     def bookkeeping_s(self) -> float:
@@ -113,12 +130,16 @@ class Pricing:
 
     def draft_s(self, tree: Tree) -> float:
         """Seconds drafting `tree`: one `level_s` per (depth, source) holding drafted nodes; a
-        draft-model level forwards the nodes above it (root first). Summed in sorted order, not
-        a set's (string-hash) order, so every process gets the same float."""
-        levels = sorted({(int(tree.depths[v]), tree.sources[v]) for v in range(1, tree.size)})
+        draft-model level forwards the nodes above it (root first) and proposes for the
+        distinct parents of its nodes. Summed in sorted order, not a set's (string-hash) order,
+        so every process gets the same float."""
+        parents: dict[tuple[int, str], set[int]] = {}
+        for v in range(1, tree.size):
+            parents.setdefault((int(tree.depths[v]), tree.sources[v]), set()).add(
+                int(tree.parents[v]))
         above = np.cumsum(np.bincount(tree.depths, minlength=tree.depth + 1))
-        return sum(self.level_s(source, int(above[depth - 1]))
-                   for depth, source in levels)
+        return sum(self.level_s(source, int(above[depth - 1]), len(parents[depth, source]))
+                   for depth, source in sorted(parents))
 
 
 @dataclass(frozen=True)

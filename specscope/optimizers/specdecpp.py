@@ -224,6 +224,8 @@ class _Replay:
         self.step_s = np.array(
             [pricing.tree_step_s(Tree.chain(n, source)) for n in range(max_len + 1)]
         )
+        # a policy checks its stop rule after every drafted token; a fixed chain does not
+        self.checked_s = self.step_s + np.arange(max_len + 1) * pricing.stop_rule_s
 
     def lengths(self, thresholds: Sequence[float]) -> np.ndarray:
         """Drafted lengths (H, requests, positions) under each threshold, bounds [2, max_len]."""
@@ -256,10 +258,11 @@ class _Replay:
             cand, req, base, cap, end, pos = (a[live] for a in (cand, req, base, cap, end, pos))
         return hist.reshape(which.size, bins)
 
-    def time_per_token(self, hist: np.ndarray) -> np.ndarray:
+    def time_per_token(self, hist: np.ndarray, policy: bool = True) -> np.ndarray:
         """Seconds per token of each row of `walk`'s histogram (every request's positions are
-        generated, so the tokens are the trace's positions whatever the policy)."""
-        return hist @ self.step_s / self.ends.sum()
+        generated, so the tokens are the trace's positions whatever the policy); `policy`
+        False prices fixed chains (no stop check)."""
+        return hist @ (self.checked_s if policy else self.step_s) / self.ends.sum()
 
 
 def specdecpp(
@@ -311,8 +314,10 @@ def specdecpp(
         [(i, c) for i in range(1, thresholds.size) for c in caps if c <= max(longest[i], caps[0])]
     ).T
     which = np.r_[0, np.full(fixed.size, thresholds.size), grid_h]
-    times = rep.time_per_token(rep.walk(stack, which, np.r_[bound, fixed, grid_cap]))
-    authors, fixed_times, grid_times = times[0], times[1 : 1 + fixed.size], times[1 + fixed.size :]
+    hist = rep.walk(stack, which, np.r_[bound, fixed, grid_cap])
+    checked, plain = rep.time_per_token(hist), rep.time_per_token(hist, policy=False)
+    authors, fixed_times = checked[0], plain[1 : 1 + fixed.size]
+    grid_times = checked[1 + fixed.size :]
     best = min(range(grid_times.size), key=lambda c: (grid_times[c], grid_h[c], grid_cap[c]))
     h, cap = float(thresholds[grid_h[best]]), int(grid_cap[best])
     if threshold is None:

@@ -286,8 +286,8 @@ def predict(config: Config, trace: Trace, pricing: Pricing, draft_name: str, see
                           pricing.bookkeeping_s, float(sizes.mean()))
     verify = pricing.verify_s(tree.size, tree.depth, int(tree.leaves.size))
     if config.method == "dyspec":  # run live: the builder's calls on raw draft probabilities
-        calls = dyspec_build(trace, source, config.budget, MAX_DEPTH, calibrate=False).forwarded
-        draft = pricing.calls_s(source, calls)
+        built = dyspec_build(trace, source, config.budget, MAX_DEPTH, calibrate=False)
+        draft = pricing.dyspec_calls_s(source, built.forwarded, built.expanded)
     else:
         draft = pricing.draft_s(tree)
     return Prediction(tree, tokens, draft, verify, pricing.bookkeeping_s, float(tree.size))
