@@ -187,6 +187,13 @@ def test_code_edit_prompts_hold_the_function_to_copy_and_fit_the_context():
         assert 2 * len(tokenizer.encode(original)) + len(tokenizer.encode(edit)) <= 512
 
 
+def test_docstring_prompts_stop_a_few_words_into_a_long_docstring():
+    for prompt in load_prompts("builtin:docstring"):
+        head, _, doc = prompt.partition('"""') if '"""' in prompt else prompt.partition("'''")
+        assert head.rstrip("rRuU").rstrip().endswith(":") and doc  # a header, then the docstring
+        assert len(doc.split()) == 3 and not doc[-1].isspace()  # ends right after a word
+
+
 @pytest.mark.parametrize("name", sorted(PROMPT_SET_SIZES))
 def test_prompts_end_where_a_line_of_the_continuation_starts(name):
     # the tokenizer merges a newline with the indentation after it, so a prompt ending in a bare

@@ -7,6 +7,9 @@
   docstring") and the edited `def` header, so the continuation mostly copies the body already in
   the prompt. This is the agentic editing workload where copy-based drafters (n-gram, suffix)
   shine.
+- `builtin:docstring`: 64 function headers followed by the first words of their docstring, for
+  the model to go on in prose: the nearest a model trained on the standard library comes to a
+  chat-like workload (free text, little to copy).
 
 Prompts end where the next token starts a line: the tokenizer merges a newline with the
 indentation after it, so a prompt ending in a bare newline would ask for a continuation the
@@ -34,12 +37,16 @@ from pathlib import Path
 from specscope.errors import InputError
 from specscope.models.zoo.data import read_module, split_modules
 
-PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64}
+PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64, "docstring": 64}
 """Built-in prompt sets and how many prompts each holds."""
 MAX_PREFIX_CHARS = 1200
 """Longest `stdlib-code` prompt (≈ 400 tokens), leaving room to complete in 512."""
 MAX_EDIT_FUNCTION_CHARS = 600
 """Longest function copied by a `code-edit` prompt: prompt plus copy fit in 512 tokens."""
+DOC_LEAD_WORDS = 3
+"""Words of its docstring a `docstring` prompt keeps."""
+DOC_MIN_WORDS = 16
+"""Fewest words of a `docstring` prompt's docstring: the model has prose left to write."""
 EDIT_KINDS = ("rename", "param", "nodoc")
 """Edits of a code-edit example, cycled by the example's index."""
 RENAME_SUFFIXES = ("_v2", "_new", "_impl", "_copy")
@@ -137,6 +144,27 @@ def stdlib_code_prompts(root: Path | None = None) -> list[str]:
     return [prompts[f] for f in _pick("stdlib-code", list(prompts))]
 
 
+def docstring_prompts(root: Path | None = None) -> list[str]:
+    """`builtin:docstring`: a function's header and the first `DOC_LEAD_WORDS` words of its
+    docstring (ending after a word: the tokenizer joins a space to the word after it)."""
+    prompts = {}
+    for f in held_out_functions(root):
+        if f.doc_end == f.body_start:
+            continue
+        doc = "\n".join(f.lines[f.body_start : f.doc_end])
+        opening = re.match(r"\s*[rRuU]?(\"\"\"|\'\'\'|\"|\')", doc)
+        if opening is None:
+            continue
+        words = list(re.finditer(r"\S+", doc[opening.end() :]))
+        if len(words) < DOC_MIN_WORDS:
+            continue
+        head = "\n".join(f.lines[: f.body_start])
+        prompt = head + "\n" + doc[: opening.end() + words[DOC_LEAD_WORDS - 1].end()]
+        if len(prompt) <= MAX_PREFIX_CHARS:
+            prompts[f] = prompt
+    return [prompts[f] for f in _pick("docstring", list(prompts))]
+
+
 def _editable(f: Function) -> bool:
     """Whether `f` makes a code-edit example (two statements or more, short enough to copy)."""
     return f.statements >= 2 and len(f.lines) >= 4 and len(f.text) <= MAX_EDIT_FUNCTION_CHARS
@@ -189,7 +217,8 @@ def _word(name: str) -> re.Pattern[str]:
 @cache
 def _builtin(name: str) -> tuple[str, ...]:
     """Built-in prompt set `name`, built once per process."""
-    build = {"stdlib-code": stdlib_code_prompts, "code-edit": code_edit_prompts}[name]
+    build = {"stdlib-code": stdlib_code_prompts, "code-edit": code_edit_prompts,
+             "docstring": docstring_prompts}[name]
     return tuple(build())
 
 
