@@ -104,12 +104,17 @@ class HFCausalLM:
         return out.logits[0]
 
     def compact(self, committed_len: int, accepted_nodes: Sequence[int]) -> None:
-        """Keep the committed prefix and the KV of `accepted_nodes` (root first), in that order."""
-        nodes = torch.as_tensor(list(accepted_nodes), dtype=torch.long)
-        keep = torch.cat([torch.arange(committed_len), committed_len + nodes]).to(self.device)
+        """Move the KV of `accepted_nodes` (root first) to the positions right after the
+        committed prefix. Later entries stay, as in `Transformer`'s cache (the next pass drops
+        them): a draft model that commits a chain but its last token, then that token as the
+        root of the tree it ran last, still finds it there."""
+        nodes = torch.as_tensor(list(accepted_nodes), dtype=torch.long, device=self.device)
+        moved = committed_len + torch.arange(nodes.numel(), device=self.device)
         for layer in self.cache.layers:
-            layer.keys = layer.keys.index_select(-2, keep)
-            layer.values = layer.values.index_select(-2, keep)
+            layer.keys = layer.keys.index_copy(-2, moved, layer.keys.index_select(
+                -2, committed_len + nodes))
+            layer.values = layer.values.index_copy(-2, moved, layer.values.index_select(
+                -2, committed_len + nodes))
 
     def _new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.model.config)
