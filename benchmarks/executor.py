@@ -116,7 +116,7 @@ def decoding_table(target: Model, draft: Model | None, tokenizer, prompt_set: st
         for algo in args.methods.split(","):
             results = []
             for _ in range(args.repeats):
-                drafter = make_drafter(name, target.vocab_size, draft)
+                drafter = make_drafter(name, target.vocab_size, draft, target=target)
                 if algo == "goose":
                     drafter = with_branches(drafter, target.vocab_size)
                 method = resolve_method(algo, budget, drafter, calibrate)

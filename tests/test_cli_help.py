@@ -17,7 +17,7 @@ from specscope import __version__
 from specscope.cli import COMMANDS, app, main, optimize_tree_main
 from specscope.executor.collect import COLLECT_DRAFTERS
 from specscope.executor.drafters import DRAFTERS
-from specscope.executor.methods import DYNAMIC_METHODS, STATIC_METHODS
+from specscope.executor.methods import DYNAMIC_METHODS, STATIC_METHODS, TRACE_METHODS
 from specscope.executor.runtime import DEVICES, DTYPES
 from specscope.executor.verify import RULES
 from specscope.hw_profiles.cost import TREE_ATTENTION
@@ -127,7 +127,8 @@ def test_choice_options_list_the_library_values(command: str, option: str, value
 def test_generate_lists_the_methods_the_executor_runs(capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
     shown = re.search(r"--algo \[([^\]]+)\]", _help(("generate",), capsys))
-    assert shown and set(shown[1].split("|")) == {*STATIC_METHODS, *DYNAMIC_METHODS}
+    assert shown and set(shown[1].split("|")) == {*STATIC_METHODS, *TRACE_METHODS,
+                                                  *DYNAMIC_METHODS}
 
 
 @pytest.mark.parametrize(("args", "needle"), [

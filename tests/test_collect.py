@@ -3,18 +3,16 @@ and is the same for the same seed."""
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 import pytest
 import torch
+from tiny_pair import perturbed_pair, repeating_prompts
 
 from specscope.executor.collect import collect, collect_tokens
 from specscope.executor.drafters import make_drafter
 from specscope.executor.loop import decode_speculative
 from specscope.executor.methods import static_method
-from specscope.executor.targets import wrap
 from specscope.models.spec import ModelSpec
-from specscope.models.torch import Transformer
 from specscope.models.zoo import weights_path
 from specscope.optimizers.baselines import best_first_tree
 from specscope.optimizers.run import OptimizeRequest, run_optimize
@@ -35,24 +33,12 @@ DRAFT_NAME = "llama-68m"
 
 @pytest.fixture(scope="module")
 def models():
-    target = Transformer.random(TARGET, seed=0, dtype=torch.float64, std=0.2)
-    draft = Transformer.random(TARGET, seed=0, dtype=torch.float64, std=0.2)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in draft.parameters():
-            if p.ndim >= 2:
-                p.add_(0.05 * p.std() * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return wrap(target), wrap(draft, DRAFT_NAME)
+    return perturbed_pair(TARGET, DRAFT_NAME)
 
 
 @pytest.fixture(scope="module")
 def prompts() -> list[list[int]]:
-    rng = np.random.default_rng(0)
-    out = []
-    for _ in range(6):
-        start = rng.integers(0, V, 6).tolist()
-        out.append(start + rng.integers(0, V, 4).tolist() + start)
-    return out
+    return repeating_prompts(V)
 
 
 def trace_of(models, prompts, temperature: float = 0.0, seed: int = 0):

@@ -148,7 +148,7 @@ class Pair:
 
     def decode(self, models: tuple[Model, Model], drafter_name: str, algo: str):
         target, draft = models
-        drafter = make_drafter(drafter_name, V, draft)
+        drafter = make_drafter(drafter_name, V, draft, target=target)
         if algo == "goose":
             drafter = with_branches(drafter, V)
         calibrate = calibration(target, draft, self.others, MAX_NEW, 0.0, 0, "test prompts")

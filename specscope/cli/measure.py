@@ -26,6 +26,9 @@ Model = Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folde
 Prompts = Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a .jsonl "
                                            "file.")]
 DraftModel = Annotated[str | None, typer.Option(help="Draft model (default: tiny-code-draft).")]
+LayerSkip = Annotated[str, typer.Option(help="The layerskip drafter's layers: swift (a skip set "
+                                             "searched on the first requests), del (an exit "
+                                             "layer per step) or layer indices to skip (1,2).")]
 Temperature = Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")]
 
 
@@ -92,9 +95,13 @@ def generate(
     n: Annotated[int, typer.Option(help="Prompts to decode.")] = 8,
     max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 64,
     draft_model: DraftModel = None,
+    layer_skip: LayerSkip = "swift",
     algo: Annotated[str | None, typer.Option(help="Tree method (dyspec, specdecpp and goose "
-                                                  "grow each step's tree live)."),
-                    Choices("specscope.optimizers.compare:METHOD_NAMES")] = None,
+                                                  "grow each step's tree live; stand keeps the "
+                                                  "most accepted nodes on calibration prompts; "
+                                                  "rsd-s draws it by stochastic beam search)."),
+                    Choices("specscope.optimizers.compare:METHOD_NAMES", ("stand", "rsd-s"))
+                    ] = None,
     budget: Annotated[int | None, typer.Option(help="Tree size n (root included).")] = None,
     tree: Annotated[Path | None, typer.Option(help="A tree JSON from optimize-tree -o.")] = None,
     ssm_verify: Annotated[str, typer.Option(help="SSM targets: one tree-masked pass (stree) "
@@ -126,7 +133,7 @@ def generate(
             budget=budget, tree=tree, ssm_verify=ssm_verify, temperature=temperature, seed=seed,
             rule=rule, verify_lossless=verify_lossless, threads=threads,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
-            runtime=chosen,
+            runtime=chosen, layer_skip=layer_skip,
         )
     if as_json:
         _emit(result.to_dict(), True, None)
@@ -194,6 +201,7 @@ def collect(
                         Choices("specscope.executor.names:COLLECT_DRAFTERS", many=True)] = (
         "draft,ngram,suffix,recycle"),
     draft_model: DraftModel = None,
+    layer_skip: LayerSkip = "swift",
     n: Annotated[int, typer.Option(help="Prompts to trace.")] = 16,
     max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 128,
     temperature: Temperature = 0.0,
@@ -212,7 +220,7 @@ def collect(
         task = bar.add_task("collecting", total=n)
         trace = run_collect(
             model, drafters, prompts, n, max_new, output=output, temperature=temperature,
-            seed=seed, draft_model=draft_model,
+            seed=seed, draft_model=draft_model, layer_skip=layer_skip,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
             runtime=chosen,
         )

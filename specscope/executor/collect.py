@@ -8,7 +8,11 @@ its candidates for every position *given the true prefix* (DESIGN.md, "The trace
 - n-gram and suffix: candidates at the position and the proposal (the top candidate followed as
   far as the drafter goes), with match_len against the true continuation;
 - recycling: the table row of the last token, the table updated from the target's logits at
-  each position after its row is read (kept across requests, as in the executor).
+  each position after its row is read (kept across requests, as in the executor);
+- RASD: the draft model's part from one forward over the whole sequence, fused at each position
+  with the suffix retrieval there (`RasdDrafter.fuse`);
+- layer skip: the skipped view's one forward as a draft model's (DEL: each position's logits at
+  the exit the executor would choose there, `truth_logits`).
 
 The rows form a schema-v1 `Trace`; `collect` also writes it with `write_trace`.
 """
@@ -23,10 +27,13 @@ import torch
 
 from specscope.errors import InputError
 from specscope.executor.drafters import (
+    LAYERSKIP,
     ROOT,
     Drafter,
     DraftModelDrafter,
+    RasdDrafter,
     make_drafter,
+    parse_layer_skip,
     propose_chain,
 )
 from specscope.executor.names import COLLECT_DRAFTERS
@@ -103,6 +110,7 @@ def _generate(
     for d in drafters:
         d.start(prompt, capacity)
         d.update(tokens[:-1], prompt_logits)
+        d.learn(tokens[:-1], prompt_logits)
     token, out, rows = prompt[-1], [], []
     for _ in range(max_new):
         rows.append(target.decode(token).cpu())
@@ -120,20 +128,33 @@ def _draft_rows(
 ) -> Rows:
     """Candidates for every generated position given the true prefix."""
     if isinstance(drafter, DraftModelDrafter):
-        draft_logits = drafter.model.prefill(torch.tensor(truth), len(truth))
-        top = probabilities(draft_logits[prompt_len - 1 :], drafter.temperature).topk(k)
-        return [(t, s, []) for t, s in zip(top.indices.tolist(), top.values.tolist(),
-                                           strict=True)]
+        return [(t, s, []) for t, s in _draft_top(drafter, truth, prompt_len, k)]
+    drafted = None
+    if isinstance(drafter, RasdDrafter):
+        drafted = _draft_top(drafter.draft, truth, prompt_len, max(k, drafter.prune_k))
     rows = []
     sequence = drafter.source in SEQUENCE_SOURCES
     for pos in range(len(truth) - prompt_len):
         context = truth[: prompt_len + pos]
         drafter.begin(context)
-        ((cand, scores),) = drafter.propose([ROOT._replace(token=context[-1])], k)
+        node = ROOT._replace(token=context[-1])
+        ((cand, scores),) = ([drafter.fuse(node, drafted[pos], k)] if drafted is not None
+                             else drafter.propose([node], k))
         proposal = propose_chain(drafter, context[-1], PROPOSAL_LEN)[0] if sequence else []
         rows.append((list(cand), list(scores), proposal))
         drafter.update(torch.tensor(context[-1:]), logits[pos : pos + 1])
+        drafter.learn(torch.tensor(context[-1:]), logits[pos : pos + 1])
     return rows
+
+
+def _draft_top(
+    drafter: DraftModelDrafter, truth: list[int], prompt_len: int, k: int
+) -> list[tuple[list[int], list[float]]]:
+    """The draft model's top-k (tokens, probabilities) at every generated position, from one
+    forward over the whole sequence."""
+    draft_logits = drafter.truth_logits(truth)
+    top = probabilities(draft_logits[prompt_len - 1 :], drafter.temperature).topk(k)
+    return list(zip(top.indices.tolist(), top.values.tolist(), strict=True))
 
 
 def _append(
@@ -167,12 +188,13 @@ def _append(
 
 
 def _settings(drafter: Drafter) -> dict:
-    """A drafter's scalar settings (n-gram order, suffix floor, …), for the trace metadata."""
+    """A drafter's scalar settings (n-gram order, suffix floor, …) and its `notes` (what else
+    it records, such as a search's scores), for the trace metadata."""
     return {
         key: value
         for key, value in vars(drafter).items()
         if not key.startswith("_") and key != "source" and isinstance(value, int | float | str)
-    }
+    } | getattr(drafter, "notes", {})
 
 
 def collect(
@@ -187,11 +209,13 @@ def collect(
     draft_model: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     runtime: Runtime | None = None,
+    layer_skip: str = "swift",
 ) -> Trace:
     """`specscope collect`: trace `model` (zoo name or Hugging Face folder) and the named
     drafters on the first `n` prompts of `prompts` (builtin:NAME or a .jsonl file); written to
     `output` when given. The draft model defaults to the zoo's drafter. Both models run on
-    `runtime` (default: eager float32 on the CPU), which the trace's metadata records."""
+    `runtime` (default: eager float32 on the CPU), which the trace's metadata records.
+    `layer_skip` is the layerskip drafter's mode (`parse_layer_skip`)."""
     from specscope.models.zoo.prompts import load_prompts
 
     names = [d.strip() for d in drafters.split(",")] if isinstance(drafters, str) else drafters
@@ -206,9 +230,11 @@ def collect(
     texts = load_prompts(prompts)[:n]
     tokens = [encode(tokenizer, t, prompts) for t in texts]
     draft = None
-    if "draft" in names:
+    if {"draft", "rasd"} & set(names):
         draft = load_model(draft_model or DEFAULT_DRAFT_MODEL, runtime=runtime)[0]
-    built = [make_drafter(n, target.vocab_size, draft, temperature=temperature) for n in names]
+    options = parse_layer_skip(layer_skip, seed) if LAYERSKIP in names else None
+    built = [make_drafter(n, target.vocab_size, draft, temperature=temperature, target=target,
+                          layer_skip=options) for n in names]
     meta = {"prompt_set": prompts, "requests": len(tokens), **runtime.describe()}
     trace = collect_tokens(target, built, tokens, max_new, temperature, seed, K, meta, progress)
     if output is not None:

@@ -14,10 +14,12 @@ import torch
 from specscope.errors import InputError
 from specscope.executor.collect import DEFAULT_DRAFT_MODEL, collect_tokens, encode
 from specscope.executor.drafters import (
+    LAYERSKIP,
     Drafter,
     GooseDrafter,
     RecycleDrafter,
     make_drafter,
+    parse_layer_skip,
 )
 from specscope.executor.loop import GenerateResult, speculative_generate
 from specscope.executor.methods import (
@@ -27,6 +29,7 @@ from specscope.executor.methods import (
 )
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import Model, load_model
+from specscope.executor.verify import DRAFT_SAMPLING
 from specscope.executor.zoo_acceptance import stored_acceptance
 from specscope.trace import Trace
 
@@ -52,6 +55,7 @@ def generate(
     threads: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     runtime: Runtime | None = None,
+    layer_skip: str = "swift",
 ) -> GenerateResult:
     """`specscope generate`: speculative decoding of `model` (zoo name or Hugging Face folder)
     with the named drafter on the first `n` prompts of `prompts`, against autoregressive
@@ -61,8 +65,10 @@ def generate(
     acceptance stored with a zoo target at temperature 0, else by a calibration pass on other
     prompts; dyspec, specdecpp, goose per step).
     `rule` defaults to greedy at temperature 0 and deterministic-candidate sampling above;
-    "specinfer" and "sequoia" draw the draft model's children (static trees only).
+    "specinfer" and "traversal" draw the draft model's children with replacement, "sequoia"
+    (alias "rsd") without (static trees, or `algo` "rsd-s", which draws its own).
     Target and draft model run on `runtime` (default: eager float32 on the CPU).
+    `layer_skip` is the layerskip drafter's mode (`parse_layer_skip`: swift, del or a fixed set).
     """
     from specscope.models.zoo.prompts import load_prompts
 
@@ -78,11 +84,13 @@ def generate(
     texts = load_prompts(prompts)
     tokens = [encode(tokenizer, t, prompts) for t in texts]
     draft = None
-    if drafter == "draft":
+    if drafter in ("draft", "rasd"):
         draft = load_model(draft_model or DEFAULT_DRAFT_MODEL, runtime=runtime)[0]
-    sample = {"specinfer": "with", "sequoia": "without"}.get(rule)
+    sample = DRAFT_SAMPLING.get(rule)
     generator = torch.Generator().manual_seed(seed)
-    chosen = make_drafter(drafter, target.vocab_size, draft, sample, temperature, generator)
+    options = parse_layer_skip(layer_skip, seed) if drafter == LAYERSKIP else None
+    chosen = make_drafter(drafter, target.vocab_size, draft, sample, temperature, generator,
+                          target=target, layer_skip=options)
     if algo == "goose":
         chosen = with_branches(chosen, target.vocab_size)
     others = tokens[n:][:CALIBRATION_PROMPTS]
@@ -118,7 +126,8 @@ def calibration(
     (the draft model shared) over `prompts` (`what` describes them), and its description."""
 
     def calibrate(parts: Sequence[Drafter]) -> tuple[Trace, str]:
-        fresh = [make_drafter(_kind(d), target.vocab_size, draft, None, temperature)
+        fresh = [make_drafter(_kind(d), target.vocab_size, draft, None, temperature,
+                              target=target, layer_skip=getattr(d, "layer_skip", None))
                  for d in parts]
         trace = collect_tokens(target, fresh, prompts, max_new, temperature, seed)
         return trace, f"a calibration pass on {len(prompts)} {what}"
@@ -127,5 +136,7 @@ def calibration(
 
 
 def _kind(drafter: Drafter) -> str:
-    """The `make_drafter` name of a drafter."""
-    return "draft" if drafter.source.startswith("draft:") else drafter.source
+    """The `make_drafter` name of a drafter (a draft model's and RASD's source name the
+    draft model after a colon)."""
+    kind = drafter.source.split(":")[0]
+    return kind if kind in ("draft", "rasd") else drafter.source

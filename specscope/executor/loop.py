@@ -29,7 +29,14 @@ from specscope.executor.drafters import (
 )
 from specscope.executor.methods import Method
 from specscope.executor.targets import Model
-from specscope.executor.verify import RULES, SAMPLED_DRAFT_RULES, Verdict, next_token, verify
+from specscope.executor.verify import (
+    DRAFT_SAMPLING,
+    RULES,
+    SAMPLED_DRAFT_RULES,
+    Verdict,
+    next_token,
+    verify,
+)
 from specscope.optimizers.dyspec import DraftedTree
 
 
@@ -39,6 +46,7 @@ def prefill(target: Model, drafter: Drafter, prompt: Sequence[int], capacity: in
     logits = target.prefill(tokens, capacity)
     drafter.start(prompt, capacity)
     drafter.update(tokens[:-1], logits)
+    drafter.learn(tokens[:-1], logits)
 
 
 def verify_step(
@@ -68,6 +76,7 @@ def commit(
     """Keep the accepted path in the target, tell the drafter; the step's new tokens."""
     target.commit(tokens, verdict.path)
     drafter.update(tokens, logits)
+    drafter.learn(tokens[verdict.path], logits[verdict.path])
     accepted = tokens[verdict.path[1:]].tolist()
     drafter.accept(accepted)
     return [*accepted, verdict.bonus]
@@ -372,8 +381,13 @@ def _check_rule(rule: str, temperature: float, method: Method) -> None:
                          "temperature 0, the sampling rules temperature > 0")
     if temperature < 0:
         raise InputError(f"--temperature must be ≥ 0, got {temperature}")
-    if rule in SAMPLED_DRAFT_RULES and not method.static:
-        raise InputError(f"rule {rule!r} draws children from the draft and needs a static tree; "
-                         f"method {method.name!r} picks children by their value")
+    if rule in SAMPLED_DRAFT_RULES and not method.static and method.draws != DRAFT_SAMPLING[rule]:
+        # a static tree's children are the drafter's draws (drawn as the rule needs); a method
+        # that picks children by their value, or draws them otherwise, biases the rule
+        how = (f"draws children {method.draws} replacement" if method.draws
+               else "picks children by their value")
+        raise InputError(f"rule {rule!r} needs children drawn from the draft "
+                         f"{DRAFT_SAMPLING[rule]} replacement (a static tree, or a method that "
+                         f"draws them so); method {method.name!r} {how}")
 
 

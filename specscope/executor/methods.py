@@ -24,6 +24,8 @@ from specscope.executor.drafters import (
     GooseDrafter,
     propose_chain,
 )
+from specscope.executor.names import DRAWN_METHODS
+from specscope.executor.rsd import draft_sbs, matching_beam, sbs_widths
 from specscope.executor.verify import Verdict
 from specscope.optimizers.compare import TREE_METHODS, Setup
 from specscope.optimizers.dyspec import DraftedTree, DraftNode, DySpecPolicy, Proposal
@@ -37,6 +39,7 @@ from specscope.optimizers.goose import (
     spine_tree,
 )
 from specscope.optimizers.run import read_tree_file
+from specscope.optimizers.sequoia import SequoiaDP
 from specscope.optimizers.specdecpp import (
     AUTHORS_THRESHOLD,
     MAX_LEN,
@@ -44,14 +47,18 @@ from specscope.optimizers.specdecpp import (
     ThresholdPolicy,
 )
 from specscope.optimizers.specdecpp_predictor import AcceptancePredictor, candidate_features
+from specscope.optimizers.stand import data_driven_tree
 from specscope.trace import AcceptanceModel, Trace
 from specscope.tree import ROOT_SOURCE, Tree
 
-DYNAMIC_METHODS = ("dyspec", "specdecpp", "goose")
-"""Methods that build each step's tree from live drafter output."""
+DYNAMIC_METHODS = ("dyspec", "specdecpp", "goose", *DRAWN_METHODS)
+"""Methods that build each step's tree from live drafter output (rsd-s: RSD's Stochastic Beam
+Search, `rsd.py`)."""
 STATIC_METHODS = tuple(m for m in TREE_METHODS if m not in DYNAMIC_METHODS)
 """Static tree methods of `optimize-tree` (sequoia, ets, eagle2, best-first, kary, chain); its
 dyspec and goose are run live here, per step."""
+TRACE_METHODS = ("stand",)
+"""Static trees chosen node by node from a calibration trace: STAND's most accepted nodes."""
 CANDIDATES = K
 """Candidates per node a dynamic method asks for (the trace's K)."""
 MAX_DEPTH = 12
@@ -76,6 +83,9 @@ class Method:
     static: bool = False
     observe: Callable[[DraftedTree, Verdict], None] | None = None
     """Called after every verification (a policy's running statistics)."""
+    draws: str | None = None
+    """"without" when the method draws each step's children from the draft's q itself, without
+    replacement and in an order sampled-draft rules for such draws stay exact on (`rsd.py`)."""
 
 
 def draft_static(drafter: Drafter, root_token: int, template: Tree) -> DraftedTree:
@@ -199,6 +209,15 @@ def draft_goose(
 
 
 
+def rsd_s_method(budget: int, beam: int, delay: int = 0, origin: str = "") -> Method:
+    """RSD-S: each step's tree drawn by Stochastic Beam Search, a single path of `delay` tokens
+    and then `beam` sequences per level, at most `budget` nodes (root included)."""
+    widths = sbs_widths(budget, beam, delay, MAX_DEPTH)
+    return Method("rsd-s", partial(draft_sbs, widths=widths), 1 + sum(widths),
+                  origin or f"stochastic beam search, beam {beam}, delay {delay}",
+                  draws="without")
+
+
 def static_method(name: str, tree: Tree, origin: str) -> Method:
     """Every step drafts `tree`."""
     return Method(name, partial(draft_static, template=tree), tree.size, origin, static=True)
@@ -247,11 +266,11 @@ def resolve_method(
 
     Static methods shape their tree from the acceptance vector `stored` with the model when
     given, else from `calibrate([drafter])` (a trace and a description of the pass); SpecDec++
-    fits its predictor and Goose its branch shapes on the calibration trace too.
+    fits its predictor, Goose its branch shapes and STAND its tree on the calibration trace too.
     """
-    if algo not in STATIC_METHODS + DYNAMIC_METHODS:
-        raise InputError(f"--algo: unknown method {algo!r}; known: "
-                         f"{', '.join(STATIC_METHODS + DYNAMIC_METHODS)}")
+    known = STATIC_METHODS + TRACE_METHODS + DYNAMIC_METHODS
+    if algo not in known:
+        raise InputError(f"--algo: unknown method {algo!r}; known: {', '.join(known)}")
     if budget is None and algo != "goose":
         raise InputError(f"--algo {algo} needs --budget")
     if budget is not None and budget < 2:
@@ -274,11 +293,20 @@ def resolve_method(
         trace, how = calibrate([drafter])
         predictor = AcceptancePredictor.fit(_as_ranked(trace), drafter.source)
         return specdecpp_method(predictor, budget, f"predictor fitted on {how}")
+    if algo == "stand":
+        trace, how = calibrate([drafter])
+        return static_method("stand", data_driven_tree(trace, drafter.source, budget, MAX_DEPTH),
+                             f"stand tree: the most accepted nodes of a template replayed on "
+                             f"{how}")
     if stored is not None:
         p, how = stored, "acceptance stored with the model"
     else:
         trace, how = calibrate([drafter])
         p = AcceptanceModel.from_trace(trace, drafter.source).p
+    if algo == "rsd-s":
+        beam = matching_beam(SequoiaDP(p, budget, MAX_DEPTH).tree(budget))
+        return rsd_s_method(budget, beam, origin=f"stochastic beam search, beam {beam} (the "
+                            f"Sequoia tree's size and depth, from {how})")
     ranks = np.atleast_2d(p).shape[1]
     size = min(budget, sum(ranks**d for d in range(MAX_DEPTH + 1)))  # one rank: a chain
     tree = TREE_METHODS[algo](Setup(p, drafter.source, None, MAX_DEPTH), size, MAX_DEPTH)

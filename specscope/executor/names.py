@@ -7,9 +7,19 @@ PROFILE_DEVICES = ("cpu", "cuda")
 """`profile-hw --device` choices: a profile measures one real device."""
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 """`--dtype` choices: the dtype of weights, caches and activations."""
-DRAFTERS = ("draft", "ngram", "suffix", "recycle", "goose")
+DRAFTERS = ("draft", "ngram", "suffix", "recycle", "goose", "stand", "rasd", "layerskip")
 """Drafter names, as `--drafter` takes them."""
-COLLECT_DRAFTERS = ("draft", "ngram", "suffix", "recycle")
+COLLECT_DRAFTERS = ("draft", "ngram", "suffix", "recycle", "stand", "rasd", "layerskip")
 """Drafters `collect` can trace (Goose is traced as its parts, ngram and recycle)."""
-RULES = ("greedy", "deterministic", "specinfer", "sequoia")
-"""Verification rule names, as `generate(rule=...)` takes them."""
+RULES = ("greedy", "deterministic", "specinfer", "sequoia", "rsd", "traversal")
+"""Verification rule names, as `generate(rule=...)` takes them (rsd is sequoia's rule under the
+name of Recursive Speculative Decoding, whose verification it is)."""
+DRAWN_METHODS = ("rsd-s",)
+"""Methods of `generate` that draw each step's tree from the draft's distribution (RSD-S's
+Stochastic Beam Search); `optimize-tree` has no counterpart."""
+ADAPT_LOSSES = ("fkl", "rkl", "jsd")
+"""`adapt --loss` choices: the divergence OSD distils the draft with (`executor/distil.py`)."""
+ADAPT_POSITIONS = ("wrong", "all")
+"""`adapt --positions` choices: which served positions the draft is distilled on."""
+DRIFT_RELATIVE_TO = ("control", "first")
+"""`adapt --relative-to` choices: what the drift schedule divides each block's acceptance by."""

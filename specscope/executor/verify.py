@@ -1,10 +1,10 @@
 """Verification rules: which drafted nodes the target accepts, and the token that follows them.
 
-Every rule walks the tree from the root (ALGORITHMS.md, "Verification"). At an accepted node it
-tries the node's children in index order; the first child accepted becomes the next node; when no
-child is accepted the walk stops and the target supplies one more token there (the bonus). The
-output is the accepted path and the bonus token, so a step yields len(path) tokens counting the
-bonus and not the root (which was already committed).
+Every rule but `traversal` walks the tree from the root (ALGORITHMS.md, "Verification"). At an
+accepted node it tries the node's children in index order; the first child accepted becomes the
+next node; when no child is accepted the walk stops and the target supplies one more token there
+(the bonus). The output is the accepted path and the bonus token, so a step yields len(path)
+tokens counting the bonus and not the root (which was already committed).
 
 - `greedy`: accept the child whose token is the target's argmax (the deepest such path where
   siblings repeat a token). Equal to autoregressive greedy decoding token for token.
@@ -15,6 +15,12 @@ bonus and not the root (which was already committed).
   rejection r ← norm(max(r − q, 0)), q unchanged.
 - `sequoia`: children drawn from q *without* replacement (Gumbel-top-k): as SpecInfer, and also
   remove the rejected token from q and renormalise.
+
+- `rsd`: the same rule as `sequoia` under the name of Recursive Speculative Decoding (Jeon et al.
+  2024), whose verification it is: RSD-C is a static tree (`--algo kary`, constant branching)
+  with children drawn by Gumbel-top-k, RSD-S a tree drawn by Stochastic Beam Search (`rsd.py`).
+- `traversal`: Traversal Verification (Weng et al. 2025) for children drawn with replacement:
+  leaf to root, accepting whole sequences (see `traversal`).
 
 Pairing SpecInfer's rule with children drawn without replacement is biased (q no longer describes
 how the next child was drawn); tests/test_verify.py shows a chi-square test detects it.
@@ -34,7 +40,11 @@ from specscope.errors import InputError
 from specscope.executor.names import RULES
 from specscope.tree import Tree
 
-SAMPLED_DRAFT_RULES = ("specinfer", "sequoia")
+DRAFT_SAMPLING = {"specinfer": "with", "sequoia": "without", "rsd": "without",
+                  "traversal": "with"}
+"""How each sampled-draft rule needs the children drawn from the draft's q: with or without
+replacement (`draw_children`)."""
+SAMPLED_DRAFT_RULES = tuple(DRAFT_SAMPLING)
 """Rules whose children must be drawn from the draft's distribution (see `draw_children`)."""
 
 
@@ -115,6 +125,68 @@ def sequoia(
     return _walk(tree, tokens, probs, draft_probs, generator, drop_rejected=True)
 
 
+def traversal(
+    tree: Tree,
+    tokens: Sequence[int],
+    probs: torch.Tensor,
+    draft_probs: Sequence[torch.Tensor | None],
+    generator: torch.Generator,
+) -> Verdict:
+    """Traversal Verification (Weng et al. 2025, "Traversal Verification for Speculative Tree
+    Decoding") of children drawn from the draft's q with replacement.
+
+    Node v under parent u carries a sequence-level acceptance α(v) = min(1, α(u)·r_u(x_v) /
+    q_u(x_v)), α(root) = 1, where r_u is u's target distribution (a residual once children of u
+    were rejected). The traversal starts at the deepest first leaf (first children from the
+    root down) and accepts the whole path from the root to the current leaf v with probability
+    α(v), the bonus drawn from r_v. A rejected v leaves the tree and updates its parent u, with
+    m = max(α(u)·r_u − q_u, 0): r_u ← m / Σm, α(u) ← Σm / (Σm + 1 − α(u)), and the α of u's
+    remaining subtrees are recomputed from them; the traversal goes on at the first leaf under
+    u (u itself once its children are gone). The root keeps α = 1, so it ends there at the
+    latest. On a chain this is Block Verification (Sun et al. 2024), on one level SpecInfer's
+    rule. The paper's algorithm as written, no approximation; tests/test_rsd_traversal.py checks
+    the first two emitted tokens against the target.
+    """
+    kids = [list(c) for c in tree.children]
+    target = list(probs)
+    alpha = [1.0] * tree.size
+
+    def refresh(top: int) -> None:
+        stack = [top]
+        while stack:
+            u = stack.pop()
+            for c in kids[u]:
+                x = tokens[c]
+                alpha[c] = min(1.0, alpha[u] * float(target[u][x]) / float(draft_probs[u][x]))
+                stack.append(c)
+
+    def first_leaf(v: int) -> int:
+        while kids[v]:
+            v = kids[v][0]
+        return v
+
+    refresh(0)
+    v = first_leaf(0)
+    while v != 0 and _uniform(generator) >= alpha[v]:
+        u = int(tree.parents[v])
+        kids[u].remove(v)
+        m = (alpha[u] * target[u] - draft_probs[u]).clamp_min(0.0)
+        mass = float(m.sum())
+        # mass 0 with α(u) = 1 means r_u = q_u, whose children are never rejected (rounding)
+        alpha[u] = mass / (mass + 1.0 - alpha[u]) if mass + 1.0 - alpha[u] > 0 else 1.0
+        target[u] = _normalise(m, probs[u])
+        refresh(u)
+        v = first_leaf(u)
+    return Verdict(tree.path(v), int(torch.multinomial(target[v], 1, generator=generator)))
+
+
+def gumbel(shape: torch.Size | tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """Standard Gumbel noise (float64): added to log-probabilities, the argmax is a sample and
+    the top-k a sample without replacement (the Gumbel-top-k trick)."""
+    u = torch.rand(shape, generator=generator, dtype=torch.float64).clamp_min(1e-300)
+    return -(-u.log()).log()
+
+
 def draw_children(
     q: torch.Tensor, k: int, replacement: bool, generator: torch.Generator
 ) -> list[int]:
@@ -122,8 +194,7 @@ def draw_children(
     Gumbel-top-k (without replacement, for `sequoia`; at most the size of q's support)."""
     if replacement:
         return torch.multinomial(q, k, replacement=True, generator=generator).tolist()
-    u = torch.rand(q.shape, generator=generator, dtype=torch.float64).clamp_min(1e-300)
-    keys = q.log() - (-u.log()).log()
+    keys = q.log() + gumbel(q.shape, generator)
     k = min(k, int(torch.count_nonzero(q)))
     return keys.topk(k).indices.tolist()
 
@@ -147,7 +218,7 @@ def verify(
         raise InputError(f"unknown verification rule {rule!r}; known: {', '.join(RULES)}")
     if draft_probs is None:
         raise InputError(f"rule {rule!r} needs the draft's distributions (sampled drafts)")
-    check = specinfer if rule == "specinfer" else sequoia
+    check = {"specinfer": specinfer, "traversal": traversal}.get(rule, sequoia)
     return check(tree, tokens, probs, draft_probs, generator)
 
 

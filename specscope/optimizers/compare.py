@@ -16,6 +16,7 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.optimizers.baselines import best_first_tree, best_kary_tree, chain_tree
+from specscope.optimizers.delayed import delayed_tree
 from specscope.optimizers.dyspec import (
     EAGLE2_BEAM,
     dyspec_from_scores,
@@ -121,6 +122,7 @@ TREE_METHODS: dict[str, Builder] = {
     "best-first": lambda s, n, d: best_first_tree(s.p, n, d, s.source),
     "kary": lambda s, n, d: best_kary_tree(s.p, n, d, s.source),
     "chain": lambda s, n, d: chain_tree(n, d, s.source),
+    "delayed": lambda s, n, d: delayed_tree(s.p, n, d, s.source),
 }
 POLICY_METHODS = ("specdecpp",)
 METHOD_NAMES = (*TREE_METHODS, *POLICY_METHODS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.models import get_model, list_models
+from specscope.models.spec import ModelSpec
 from specscope.optimizers.compare import (
     DP_REFERENCE,
     Comparison,
@@ -117,21 +119,22 @@ def run_optimize(req: OptimizeRequest) -> OptimizeResult:
         p = np.asarray(model.p)
         context = req.context if req.context is not None else trace.mean_context_len
         target = req.target or _catalogue_or(trace.target, DEFAULT_TARGET)
-        drafter = req.drafter or _drafter_for(source)
+        skipped = None if req.drafter else _skipped_target(trace, source, target)
+        drafter = req.drafter or (skipped.name if skipped else _drafter_for(source))
     else:
         p = acceptance_table(req.acceptance, "--acceptance")[0]
         source = req.source or "draft"
         context = req.context if req.context is not None else DEFAULT_CONTEXT
         target = req.target or DEFAULT_TARGET
         drafter = req.drafter or DEFAULT_DRAFTER
+        skipped = None
 
-    def cost_model(name: str) -> CostModel:
-        return CostModel(profile, get_model(name), runtime=req.runtime,
-                         tree_attention=req.tree_attention)
+    def cost_model(spec: ModelSpec) -> CostModel:
+        return CostModel(profile, spec, runtime=req.runtime, tree_attention=req.tree_attention)
 
     pricing = Pricing(
-        target=cost_model(target),
-        drafter=None if drafter == "none" else cost_model(drafter),
+        target=cost_model(get_model(target)),
+        drafter=None if drafter == "none" else cost_model(skipped or get_model(drafter)),
         context_len=int(context),
         temperature=0.0 if trace is None else trace.temperature,
     )
@@ -146,11 +149,30 @@ def _catalogue_or(name: str | None, default: str) -> str:
     return name if name in list_models() else default
 
 
+def _skipped_target(trace: Trace, source: str, target: str) -> ModelSpec | None:
+    """For a self-speculative source (its settings in the trace's metadata say it kept
+    `mean_layers` of the traced target's `target_layers` layers on average: layerskip), the
+    pricing target with that fraction of its layers (rounded, at least one), embeddings and LM
+    head whole; None for other sources."""
+    settings = trace.metadata.get("drafters", {}).get(source, {})
+    if not {"mean_layers", "target_layers"} <= set(settings):
+        return None
+    spec = get_model(target)
+    if spec.arch != "transformer":
+        raise InputError(f"source {source!r} drafts with some of a Transformer's layers; "
+                         f"target {target} is {spec.arch!r}; pass --drafter")
+    fraction = float(settings["mean_layers"]) / float(settings["target_layers"])
+    layers = max(1, round(fraction * spec.n_layers))
+    return dataclasses.replace(spec, name=f"{spec.name}[{layers}/{spec.n_layers} layers]",
+                               n_layers=layers)
+
+
 def _drafter_for(source: str) -> str:
-    """The draft model behind a `draft:<model>` source; model-free sources cost nothing."""
-    if not source.startswith("draft:"):
+    """The draft model behind a `draft:<model>` or `rasd:<model>` source (RASD runs its draft
+    model's forwards; its retrieval is host work); model-free sources cost nothing."""
+    if not source.startswith(("draft:", "rasd:")):
         return "none"
-    name = source.removeprefix("draft:")
+    name = source.partition(":")[2]
     if name not in list_models():
         raise InputError(f"draft model {name!r} of source {source!r} is not in the catalogue; "
                          "pass --drafter")

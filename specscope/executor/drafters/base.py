@@ -1,4 +1,5 @@
-"""The drafter interface every drafter implements, and a chain walk over any drafter."""
+"""The drafter interface every drafter implements, a drafter of parts, the check of how a
+drafter samples its children, and a chain walk over any drafter."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from specscope.errors import InputError
 from specscope.executor.targets import Model
 from specscope.optimizers.dyspec import DraftNode, Proposal
 from specscope.tree import DEFAULT_SOURCE
@@ -45,6 +47,12 @@ class Drafter:
     def update(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
         """The target computed `logits` (m, vocab) after each of `tokens` (m,)."""
 
+    def learn(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
+        """The target's `logits` (m, vocab) after each of `tokens` (m,), committed text only,
+        in order: the prompt's at prefill, then each step's root and accepted path (trace
+        collection: one position at a time). State learned here is what greedy replay
+        reproduces; `update` also sees the rejected nodes of a tree."""
+
     def accept(self, tokens: Sequence[int]) -> None:
         """The target accepted these drafted tokens (below the root) of this step's tree."""
 
@@ -66,6 +74,47 @@ class Drafter:
                 self.nodes[v.id] = v
 
 
+
+
+class Composite(Drafter):
+    """A drafter made of `parts` (Goose's spine and branches, RASD's draft and retrieval): what
+    the target computed, accepted and finished reaches every part."""
+
+    parts: tuple[Drafter, ...] = ()
+
+    @property
+    def models(self) -> list[Model]:
+        return [m for part in self.parts for m in part.models]
+
+    def update(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
+        for part in self.parts:
+            part.update(tokens, logits)
+
+    def learn(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
+        for part in self.parts:
+            part.learn(tokens, logits)
+
+    def accept(self, tokens: Sequence[int]) -> None:
+        for part in self.parts:
+            part.accept(tokens)
+
+    def finish(self, output: Sequence[int]) -> None:
+        for part in self.parts:
+            part.finish(output)
+
+
+SAMPLING = (None, "with", "without")
+"""How a drafter's children are chosen: its top-k (None), or drawn from its distribution with
+or without replacement."""
+
+
+def check_sampling(sample: str | None, generator: torch.Generator | None, what: str) -> None:
+    """An `InputError` unless `sample` is one of `SAMPLING` and drawn children have a
+    generator (`what` names the drafter)."""
+    if sample not in SAMPLING:
+        raise InputError(f"{what} sampling must be None, 'with' or 'without', got {sample!r}")
+    if sample is not None and generator is None:
+        raise InputError(f"{what}: children drawn from its distribution need a torch.Generator")
 
 
 def propose_chain(drafter: Drafter, root_token: int, max_len: int) -> tuple[list[int], list[float]]:

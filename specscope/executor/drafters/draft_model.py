@@ -8,8 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from specscope.errors import InputError
-from specscope.executor.drafters.base import Drafter
+from specscope.executor.drafters.base import Drafter, check_sampling
 from specscope.executor.targets import Model
 from specscope.executor.verify import draw_children, probabilities
 from specscope.optimizers.dyspec import DraftNode, Proposal
@@ -33,10 +32,7 @@ class DraftModelDrafter(Drafter):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
-        if sample not in (None, "with", "without"):
-            raise InputError(f"draft sampling must be None, 'with' or 'without', got {sample!r}")
-        if sample is not None and generator is None:
-            raise InputError("sampled drafts need a torch.Generator")
+        check_sampling(sample, generator, "draft model")
         self.model, self.sample, self.temperature = model, sample, temperature
         self.generator = generator
         self.source = f"draft:{model.name}"
@@ -52,29 +48,46 @@ class DraftModelDrafter(Drafter):
     def start(self, prompt: Sequence[int], capacity: int) -> None:
         self.model.prefill(torch.tensor(prompt), capacity)
 
+    def truth_logits(self, truth: Sequence[int]) -> torch.Tensor:
+        """The draft's logits (len(truth) − 1, vocab) after every token of `truth` but the
+        last, each given the true prefix: trace collection's one forward over a sequence."""
+        return self.model.prefill(torch.tensor(truth), len(truth))
+
     def begin(self, context: Sequence[int]) -> None:
         super().begin(context)
         self.draft_probs = {}
         self._forwarded = None
 
     def propose(self, nodes: Sequence[DraftNode], k: int) -> list[Proposal]:
+        if self.sample is not None:
+            out = []
+            for q in self.distributions(nodes):
+                kids = draw_children(q, k, self.sample == "with", self.generator)
+                out.append((kids, q[kids].tolist()))
+            return out
+        out = []
+        for q in probabilities(self._rows(nodes), self.temperature):
+            top = q.topk(min(k, q.numel()))
+            out.append((top.indices.tolist(), top.values.tolist()))
+        return out
+
+    def distributions(self, nodes: Sequence[DraftNode]) -> list[torch.Tensor]:
+        """The draft's distribution q at each node (float64 on the CPU, tempered), kept in
+        `draft_probs`: what sampled drafts draw from and sampled-draft rules verify against."""
+        # on the CPU: children are drawn with a CPU generator, whatever the device
+        probs = probabilities(self._rows(nodes), self.temperature).cpu()
+        for v, q in zip(nodes, probs, strict=True):
+            self.draft_probs[v.id] = q
+        return list(probs)
+
+    def _rows(self, nodes: Sequence[DraftNode]) -> torch.Tensor:
+        """The draft's logits after each node (forwarding the nodes not run yet)."""
         self.register(nodes)
         if self._forwarded is None:
             self._catch_up()
         if any(v.id not in self._index for v in nodes):
             self._forward(nodes)
-        rows = self._logits[[self._index[v.id] for v in nodes]]
-        out = []
-        for v, q in zip(nodes, probabilities(rows, self.temperature), strict=True):
-            if self.sample is None:
-                top = q.topk(min(k, q.numel()))
-                out.append((top.indices.tolist(), top.values.tolist()))
-            else:
-                q = q.cpu()  # drawn with a CPU generator, whatever the device
-                kids = draw_children(q, k, self.sample == "with", self.generator)
-                self.draft_probs[v.id] = q
-                out.append((kids, q[kids].tolist()))
-        return out
+        return self._logits[[self._index[v.id] for v in nodes]]
 
     def accept(self, tokens: Sequence[int]) -> None:
         if self._forwarded is None:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
-from specscope.executor.drafters.base import Drafter
+from specscope.executor.drafters.base import Composite, Drafter
 from specscope.executor.drafters.model_free import NgramDrafter, RecycleDrafter
-from specscope.executor.targets import Model
 from specscope.optimizers.dyspec import DraftNode, Proposal
 
 
-class GooseDrafter(Drafter):
+class GooseDrafter(Composite):
     """Goose's two sources: a `spine` (n-gram: source "goose"; another drafter X: "goose:X")
     and recycling `branches`.
 
@@ -26,10 +23,6 @@ class GooseDrafter(Drafter):
         self.parts = (spine, branches)
         self.source = "goose" if isinstance(spine, NgramDrafter) else f"goose:{spine.source}"
 
-    @property
-    def models(self) -> list[Model]:
-        return self.spine.models + self.branches.models
-
     def start(self, prompt: Sequence[int], capacity: int) -> None:
         for part in self.parts:
             part.start(prompt, capacity)
@@ -38,18 +31,6 @@ class GooseDrafter(Drafter):
         super().begin(context)
         for part in self.parts:
             part.begin(context)
-
-    def update(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
-        for part in self.parts:
-            part.update(tokens, logits)
-
-    def accept(self, tokens: Sequence[int]) -> None:
-        for part in self.parts:
-            part.accept(tokens)
-
-    def finish(self, output: Sequence[int]) -> None:
-        for part in self.parts:
-            part.finish(output)
 
     def propose(self, nodes: Sequence[DraftNode], k: int) -> list[Proposal]:
         out = []

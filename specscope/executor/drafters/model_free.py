@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -126,6 +127,24 @@ class SuffixTrie:
         """End the current sequence."""
         self._open = []
 
+    @contextmanager
+    def extended(self, tokens: Sequence[int]) -> Iterator[None]:
+        """The trie with `tokens` appended to the current sequence, exactly as it was again
+        (counts, children and their order) on exit: lookups on text not committed yet."""
+        opened, journal = self._open, []
+        for token in tokens:
+            journal += [(node, token, token not in node.children)
+                        for node in [*self._open, self.root]]
+            self.append(token)
+        try:
+            yield
+        finally:
+            for node, token, created in reversed(journal):
+                node.children[token].count -= 1
+                if created:
+                    del node.children[token]
+            self._open = opened
+
     def match(self, text: Sequence[int]) -> _TrieNode | None:
         """The node of the longest suffix of `text` that has a continuation (so at most
         max_depth − 1 tokens: the trie stores strings up to max_depth).
@@ -195,25 +214,40 @@ class SuffixDrafter(Drafter):
         self.register(nodes)
         out = []
         for v in nodes:
-            state = self._states.get((v.parent, v.token)) or self._match(v.id)
-            if state is None:
-                out.append(([], []))
-                continue
-            node, prob, room = state
-            tokens, probs = [], []
-            if room > 0:
-                for token, child in sorted(node.children.items(), key=lambda kv: -kv[1].count):
-                    p = child.count / node.count
-                    if len(tokens) == k or prob * p < self.min_prob:
-                        break
-                    tokens.append(token)
-                    probs.append(p)
-                    self._states[(v.id, token)] = (child, prob * p, room - 1)
-            out.append((tokens, probs))
+            state = (self._states.get((v.parent, v.token))
+                     or self._match(self.context + self.path(v.id)))
+            found = self._continuations(state, k)
+            for token, p, child in found:
+                self._states[(v.id, token)] = (child, state[1] * p, state[2] - 1)
+            out.append(([t for t, _, _ in found], [p for _, p, _ in found]))
         return out
 
-    def _match(self, node: int) -> tuple[_TrieNode, float, int] | None:
-        text = self.context + self.path(node)
+    def lookup(self, text: Sequence[int], k: int) -> Proposal:
+        """What `propose` gives at the root of a step whose context is `text`: the context of
+        the last `begin` (or `start`) followed by more tokens (a tree node's path), indexed for
+        this lookup only. A function of the text alone, as trace collection sees it."""
+        with self.request.extended(text[self._seen :]):
+            found = self._continuations(self._match(list(text)), k)
+        return [t for t, _, _ in found], [p for _, p, _ in found]
+
+    def _continuations(
+        self, state: tuple[_TrieNode, float, int] | None, k: int
+    ) -> list[tuple[int, float, _TrieNode]]:
+        """Up to k children (token, count share, node) of the state's trie node, most frequent
+        first, while the path probability stays ≥ `min_prob` and the length cap leaves room."""
+        if state is None:
+            return []
+        node, prob, room = state
+        out: list[tuple[int, float, _TrieNode]] = []
+        if room > 0:
+            for token, child in sorted(node.children.items(), key=lambda kv: -kv[1].count):
+                p = child.count / node.count
+                if len(out) == k or prob * p < self.min_prob:
+                    break
+                out.append((token, p, child))
+        return out
+
+    def _match(self, text: Sequence[int]) -> tuple[_TrieNode, float, int] | None:
         best, best_value = None, 0.0
         for trie in (self.request, self.responses):
             found = trie.match(text)

@@ -1,0 +1,36 @@
+"""A tiny random target with a perturbed copy as its draft, and prompts that repeat their start,
+shared by the tests that collect traces and replay them against the executor."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from specscope.executor.targets import CachedModel, wrap
+from specscope.models.spec import ModelSpec
+from specscope.models.torch import Transformer
+
+
+def perturbed_pair(spec: ModelSpec, draft_name: str) -> tuple[CachedModel, CachedModel]:
+    """Random float64 weights of `spec` (seed 0) as the target, and the same weights plus 5%
+    relative noise as the draft, named `draft_name` (optimize-tree prices a draft source by
+    its catalogue name)."""
+    target = Transformer.random(spec, seed=0, dtype=torch.float64, std=0.2)
+    draft = Transformer.random(spec, seed=0, dtype=torch.float64, std=0.2)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            if p.ndim >= 2:
+                p.add_(0.05 * p.std() * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return wrap(target), wrap(draft, draft_name)
+
+
+def repeating_prompts(vocab_size: int, count: int = 6) -> list[list[int]]:
+    """`count` prompts of 16 tokens whose last 6 repeat their first 6 (seeded): n-gram and
+    suffix drafters find matches."""
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(count):
+        start = rng.integers(0, vocab_size, 6).tolist()
+        out.append(start + rng.integers(0, vocab_size, 4).tolist() + start)
+    return out
