@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
+import sqlite3
 from functools import cache
 
 import pytest
@@ -35,6 +37,7 @@ from specscope.models.zoo.prompts import (
     load_prompts,
     module_functions,
 )
+from specscope.models.zoo.sql import SHOTS
 from specscope.models.zoo.train import (
     eval_windows,
     evaluate,
@@ -168,10 +171,15 @@ def test_greedy_generation_is_deterministic_and_matches_a_full_pass(name):
 
 
 @pytest.mark.parametrize("name", sorted(PROMPT_SET_SIZES))
-def test_builtin_prompt_sets_have_their_size_and_come_from_heldout_modules(name):
+def test_builtin_prompt_sets_have_their_size_and_distinct_prompts(name):
     prompts = load_prompts(f"builtin:{name}")
     assert len(prompts) == PROMPT_SET_SIZES[name] >= 64
     assert len(set(prompts)) == len(prompts)
+
+
+@pytest.mark.parametrize("name", sorted(set(PROMPT_SET_SIZES) - {"sql"}))
+def test_stdlib_prompt_sets_come_from_heldout_modules(name):
+    prompts = load_prompts(f"builtin:{name}")
     heldout = "\n".join(read_module(m) for m in split_modules()[1])
     for prompt in prompts:
         assert prompt.startswith(("def ", "async def "))
@@ -185,6 +193,33 @@ def test_code_edit_prompts_hold_the_function_to_copy_and_fit_the_context():
         assert edit.splitlines()[1].startswith(("def ", "async def "))
         # the continuation repeats the body, so prompt and copy must fit the 512-token window
         assert 2 * len(tokenizer.encode(original)) + len(tokenizer.encode(edit)) <= 512
+
+
+SQL_SET_SHA256 = "2b3950335330d8e0c43abd2e0fcb648cf2fc8bd332cf165a0db6b2270ec8c9f4"
+"""sha256 of builtin:sql's prompts joined by NUL, as built on the machine that wrote it."""
+
+
+def test_sql_prompts_are_runnable_few_shot_sql_over_their_schema_and_the_same_everywhere():
+    prompts = load_prompts("builtin:sql")
+    # random.Random with a str seed hashes it with SHA-512: the same set on every machine
+    digest = hashlib.sha256("\0".join(prompts).encode()).hexdigest()
+    assert digest == SQL_SET_SHA256
+    tokenizer = load_zoo_tokenizer()
+    for prompt in prompts:
+        head, _, rest = prompt.partition("\n#\n")
+        schema, _, asked = rest.partition("\n#\n")
+        assert head == "### SQLite SQL tables, with their properties:"
+        assert asked.endswith("\nSELECT")
+        db = sqlite3.connect(":memory:")
+        for line in schema.splitlines():  # "# table(col, ...)"
+            table, columns = line.removeprefix("# ").rstrip(")").split("(")
+            db.execute(f"CREATE TABLE {table} ({columns})")
+        blocks = asked.split("\n\n")
+        assert len(blocks) == SHOTS + 1 and all(b.startswith("### ") for b in blocks)
+        for shot in blocks[:-1]:
+            query = shot.split("\n")[1]
+            db.execute(query)  # parses, and names only tables and columns of the schema
+        assert len(tokenizer.encode(prompt)) + 64 <= 512  # room for a 64-token continuation
 
 
 def test_docstring_prompts_stop_a_few_words_into_a_long_docstring():

@@ -1,9 +1,9 @@
 """The command line: parse options, call the library, print. Bad input → one stderr line, exit 2.
 
 The commands live in `predict` (cost, optimize-tree, simulate, sweep), `measure` (profile-hw,
-validate, generate, collect, trace synth, zoo train) and `report` (dashboard, demo); `help`
-makes their help read like click's. This module holds the typer apps, registers the commands
-with an example each, and turns errors into one line.
+validate, generate, collect, trace synth, zoo train), `adapt` (online drafter adaptation) and
+`report` (dashboard, demo); `help` makes their help read like click's. This module holds the
+typer apps, registers the commands with an example each, and turns errors into one line.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError  # typer ≥ 0.29 raises its own click's
 
 from specscope import __version__
-from specscope.cli import measure, predict, report
+from specscope.cli import adapt, measure, predict, report
 from specscope.cli.help import APP_SETTINGS, Command, example
 from specscope.errors import InputError
 
@@ -43,6 +43,10 @@ COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], .
      ("specscope generate --model tiny-code --drafter ngram --algo sequoia \\",
       "    --budget 8 --prompts builtin:code-edit --device cpu --threads 1 \\",
       "    --verify-lossless")),
+    (app, "adapt", adapt.adapt,
+     ("specscope adapt --model tiny-code --draft-model tiny-code-draft \\",
+      "    --prompts builtin:code-edit --n 32 --max-new 64 --every 1 --steps 4 \\",
+      "    --drift-out out/drift.txt")),
     (app, "validate", measure.validate,
      ("specscope validate --hw cpu-2core --model tiny-code --device cpu --quick",)),
     (app, "collect", measure.collect,

@@ -10,6 +10,8 @@
 - `builtin:docstring`: 64 function headers followed by the first words of their docstring, for
   the model to go on in prose: the nearest a model trained on the standard library comes to a
   chat-like workload (free text, little to copy).
+- `builtin:sql`: 64 text-to-SQL prompts over invented schemas (`sql.py`): a domain the zoo never
+  trained on, generated from seeded templates rather than cut from the standard library.
 
 Prompts end where the next token starts a line: the tokenizer merges a newline with the
 indentation after it, so a prompt ending in a bare newline would ask for a continuation the
@@ -36,8 +38,9 @@ from pathlib import Path
 
 from specscope.errors import InputError
 from specscope.models.zoo.data import read_module, split_modules
+from specscope.models.zoo.sql import sql_prompts
 
-PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64, "docstring": 64}
+PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64, "docstring": 64, "sql": 64}
 """Built-in prompt sets and how many prompts each holds."""
 MAX_PREFIX_CHARS = 1200
 """Longest `stdlib-code` prompt (≈ 400 tokens), leaving room to complete in 512."""
@@ -218,7 +221,8 @@ def _word(name: str) -> re.Pattern[str]:
 def _builtin(name: str) -> tuple[str, ...]:
     """Built-in prompt set `name`, built once per process."""
     build = {"stdlib-code": stdlib_code_prompts, "code-edit": code_edit_prompts,
-             "docstring": docstring_prompts}[name]
+             "docstring": docstring_prompts,
+             "sql": lambda: sql_prompts(PROMPT_SET_SIZES["sql"])}[name]
     return tuple(build())
 
 
