@@ -73,7 +73,8 @@ def test_pricing_adds_the_loop_slowdowns_and_the_sampled_rule_where_they_are_pai
         cold = 1e-3 if draft else 0.0
         assert slow.level_s("draft:x", 3) - plain.level_s("draft:x", 3) == pytest.approx(cold)
         assert slow.level_s("ngram") == plain.level_s("ngram")  # a model-free call
-        assert slow.verify_s(5, 4) - plain.verify_s(5, 4) == pytest.approx(2 * cold)
+        # the target's forward is slower inside any speculative loop, model-free ones too
+        assert slow.verify_s(5, 4) - plain.verify_s(5, 4) == pytest.approx(2e-3)
         hot = pricing(hw, draft, temperature=0.7)
         assert hot.verify_s(5, 4) - slow.verify_s(5, 4) == pytest.approx(4e-3)
     # a level proposing for more nodes pays the per-node host work for each beyond the first

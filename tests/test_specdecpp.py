@@ -137,7 +137,9 @@ def reference_replay(tr: Trace, p: AcceptancePredictor, h: float, cap: int, hw: 
             accepted = int(np.argmin(lead == 0)) if np.any(lead != 0) else lead.size
             hist[length] += 1
             pos += accepted + 1
-    step_s = np.array([pricing(hw).tree_step_s(Tree.chain(n, DRAFT)) for n in range(cap + 1)])
+    # a policy pays its stop check after every drafted token
+    step_s = np.array([pricing(hw).tree_step_s(Tree.chain(n, DRAFT)) + n * pricing(hw).stop_rule_s
+                       for n in range(cap + 1)])
     return hist, hist @ step_s / rows.height
 
 

@@ -98,8 +98,8 @@ class Grid:
 CPU_MODELS = ("tiny-code-draft", "tiny-code", "llama-68m")
 GPU_MODELS = ("llama-68m", "llama-3.2-1b", "llama-3.1-8b")
 GRIDS = {
-    ("cpu", True): Grid(CPU_MODELS, (1, 2, 4, 8, 16, 32), (64, 256), (1, 2, 4, 8, 16), (256,),
-                        (32, 128), "tiny-code-draft", repeats=7),
+    ("cpu", True): Grid(CPU_MODELS, (1, 2, 4, 8, 16, 32), (64, 256, 512), (1, 2, 4, 8, 16),
+                        (256,), (32, 128), "tiny-code-draft", repeats=9),
     ("cpu", False): Grid(CPU_MODELS, (1, 2, 4, 8, 16, 32, 64, 128), (64, 256, 1024),
                          (1, 2, 4, 8, 16, 32), (64, 256), (32, 128, 384), "tiny-code-draft",
                          repeats=15),
@@ -383,8 +383,8 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
             f"temperature {SAMPLED_TEMPERATURE}",
             f"cold_level_us = {loop.draft_cold_s * 1e6:.4g}    # a draft forward in the loop "
             "over the same forward alone",
-            f"cold_verify_us = {loop.verify_cold_s * 1e6:.4g}    # the target's forward in a "
-            "loop with a draft model over the same forward alone",
+            f"cold_verify_us = {loop.verify_cold_s * 1e6:.4g}    # the target's forward in the "
+            "loop over the same forward alone",
             f"node_us = {loop.node_s * 1e6:.4g}    # per draft-model level, per further node it "
             "proposes for",
             f"dyspec_node_us = {loop.dyspec_node_s * 1e6:.4g}    # the same in DySpec's live "

@@ -71,8 +71,8 @@ class HardwareProfile:
     the decode loop pays it); speculation_step_s and
     draft_level_host_s: host seconds of a speculative step's bookkeeping and of each draft-model
     level beyond its forward; draft_cold_s and verify_cold_s: the extra seconds a draft forward
-    and the target's verification take inside a loop that alternates the two models over the
-    same forward repeated alone (on a CPU each evicts the other's weights from cache; ≈ 0 on a
+    and the target's verification take inside the speculative loop over the same forward
+    repeated alone (on a CPU the loop's Python and the other model cool the caches; ≈ 0 on a
     GPU); sampled_verify_host_s: verify_host_s at temperature > 0, where the rule works on
     probabilities; draft_node_host_s: host seconds a draft-model level pays per node it proposes
     for beyond the first (a static tree's top-k per node), dyspec_node_host_s the same in

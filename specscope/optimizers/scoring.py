@@ -12,10 +12,10 @@ candidate heap), SpecDec++ `stop_rule_s` per drafted token (its stop check); a m
 drafter's level (n-gram, suffix, recycling) is one proposal call, `drafter_s[source]` on the
 profile; t_step is the profile's `speculation_step_s` (commit, drafter updates); verification
 adds the profile's host work (the step's tensors, the rule: `verify_host_s`, or
-`sampled_verify_host_s` at temperature > 0) to the target's forward, and `verify_cold_s` when a
-draft model ran before it. Host costs a profile has not measured count 0. Speedup compares
-tokens/s with autoregressive decoding (one target forward per token) on the same hardware and
-context.
+`sampled_verify_host_s` at temperature > 0) to the target's forward, and `verify_cold_s` (the
+forward's slowdown between the loop's drafting and bookkeeping). Host costs a profile has not
+measured count 0. Speedup compares tokens/s with autoregressive decoding (one target forward per
+token) on the same hardware and context.
 """
 
 from __future__ import annotations
@@ -95,9 +95,9 @@ class Pricing:
     @cached_property
     def verify_extra_s(self) -> float:
         """Seconds a verification pays beyond the target's forward: the host's work at this
-        temperature, and the forward's slowdown after a draft model ran."""
+        temperature, and the forward's slowdown inside the loop."""
         hw = self.target.hw
-        return hw.verify_host(self.temperature) + (hw.verify_cold_s if self.drafter else 0.0)
+        return hw.verify_host(self.temperature) + hw.verify_cold_s
 
     def verify_s(self, n: int, depth: int, leaves: int | None = None) -> float:
         """Seconds for the target to verify a tree of n tokens: its forward and

@@ -149,13 +149,14 @@ class _Forwards:
 @dataclass(frozen=True)
 class HostTerms:
     """Host seconds a speculative step adds to the model forwards, as `Pricing` prices them:
-    per draft-model level, per verification, per step (bookkeeping), and `level_s` of a
-    model-free source."""
+    per draft-model level, per verification, per step (bookkeeping), `level_s` of a
+    model-free source, and per further node a draft-model level proposes for."""
 
     level: float
     verify: float
     bookkeeping: float
     level_s: Callable[[str], float]
+    node: float = 0.0
 
 
 def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0
@@ -165,16 +166,17 @@ def host_terms(target: CostModel, drafter: CostModel | None, temperature: float 
     loop's host work alike."""
     ref = Pricing(target, drafter, 1, temperature=temperature)
     level = ref.level_host_s if drafter is not None else 0.0
-    return HostTerms(level, ref.verify_extra_s, ref.bookkeeping_s, ref.level_s)
+    node = target.hw.draft_node_host_s if drafter is not None else 0.0
+    return HostTerms(level, ref.verify_extra_s, ref.bookkeeping_s, ref.level_s, node)
 
 
 @dataclass(frozen=True)
 class _Shape:
     """What pricing needs of one speculation: tree size, and per draft level its key
-    (depth, source) and the nodes it forwards."""
+    (depth, source), the nodes it forwards and the parents it proposes for."""
 
     size: int
-    levels: tuple[tuple[tuple[int, str], int], ...]
+    levels: tuple[tuple[tuple[int, str], int, int], ...]
     speculates: bool
 
 
@@ -185,10 +187,12 @@ def speculation_shape(spec: Speculation, source: str) -> _Shape:
     tree = spec.tree
     depths = tree.depths
     above = np.cumsum(np.bincount(depths, minlength=tree.depth + 1))
-    pairs = sorted({(int(depths[v]), tree.sources[v]) for v in range(1, tree.size)
-                    if depths[v] <= spec.draft_levels})
-    levels = [((d, s), int(above[d - 1])) for d, s in pairs]
-    levels += [((d, source), tree.size) for d in range(tree.depth + 1, spec.draft_levels + 1)]
+    parents: dict[tuple[int, str], set[int]] = {}
+    for v in range(1, tree.size):
+        if depths[v] <= spec.draft_levels:
+            parents.setdefault((int(depths[v]), tree.sources[v]), set()).add(int(tree.parents[v]))
+    levels = [((d, s), int(above[d - 1]), len(parents[d, s])) for d, s in sorted(parents)]
+    levels += [((d, source), tree.size, 1) for d in range(tree.depth + 1, spec.draft_levels + 1)]
     return _Shape(tree.size, tuple(levels), tree.size > 1 or spec.draft_levels > 0)
 
 
@@ -243,14 +247,15 @@ class BatchPricer:
             batch += count
             context_sum += contexts_sum
             speculates |= shape.speculates
-            for key, forwarded in shape.levels:
+            for key, forwarded, expanded in shape.levels:
                 level = levels.get(key)
                 if level is None:
-                    levels[key] = [count, forwarded * count, contexts_sum]
+                    levels[key] = [count, forwarded * count, contexts_sum, expanded * count]
                 else:
                     level[0] += count
                     level[1] += forwarded * count
                     level[2] += contexts_sum
+                    level[3] += expanded * count
         draft = sum(self._level_s(source, *level) for (_, source), level in levels.items())
         for size, done in chunks:
             tokens += size
@@ -265,14 +270,17 @@ class BatchPricer:
         verify = self._target.verify(batch, tokens, context_sum / batch) + self._host.verify
         return StepParts(draft, verify, self._host.bookkeeping)
 
-    def _level_s(self, source: str, count: int, forwarded: int, context_sum: int) -> float:
+    def _level_s(self, source: str, count: int, forwarded: int, context_sum: int,
+                 expanded: int) -> float:
         """Seconds of one batched draft level of `source`: `count` requests forwarding
-        `forwarded` nodes in all, after `context_sum` cached tokens in all."""
+        `forwarded` nodes and proposing for `expanded` in all, after `context_sum` cached
+        tokens in all."""
         if source in MODEL_FREE_SOURCES:
             return count * self._host.level_s(source)
         if self._drafter is None:
             return 0.0
-        return self._drafter.forward(count, forwarded, context_sum / count) + self._host.level
+        return (self._drafter.forward(count, forwarded, context_sum / count) + self._host.level
+                + (expanded - count) * self._host.node)
 
     def draft_s(self, contexts: Sequence[int], speculations: Sequence[Speculation]) -> float:
         """Seconds drafting `speculations` alone (a subset of a step's requests)."""
