@@ -323,12 +323,12 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
     target = load_model(BOOKKEEPING_TARGET, runtime=dataclasses.replace(runtime, kind="eager"))[0]
     model = build(draft, runtime, len(prompt) + 2 * LOOP_TOKENS + DYSPEC_BUDGET + 1)
     context = prompt + [0] * (LOOP_TOKENS // 2)
+    methods = _draft_methods(levels)
     drafter_s: dict[str, float] = {}
     verify_s, sampled_s, bookkeeping, cold_verify = [], [], [], []
     for kind, temperature in [(kind, 0.0) for kind in DRAFTERS] + [("ngram", SAMPLED_TEMPERATURE)]:
         for _ in range(runs):
-            run = _loop_run(target, kind, None, _draft_methods(levels)["chain"], prompt,
-                            temperature)
+            run = _loop_run(target, kind, None, methods["chain"], prompt, temperature)
             host = (run.times.verify_s - sum(run.verified.seconds)) / run.steps
             if temperature > 0:
                 sampled_s.append(host)
@@ -340,7 +340,7 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
     rounds: dict[str, list[float]] = {k: [] for k in ("level", "node", "dyspec", "stop", "draft")}
     for _ in range(runs):
         done = {name: _loop_run(target, "draft", model, method, prompt, 0.0)
-                for name, method in _draft_methods(levels).items()}
+                for name, method in methods.items()}
         chain = done["chain"]
         level = chain.host_per_call()
         rounds["level"].append(level)
