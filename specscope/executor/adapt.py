@@ -33,7 +33,7 @@ import torch
 from specscope.errors import InputError
 from specscope.executor.collect import encode
 from specscope.executor.distil import AdaptConfig, Distiller, ServingDrafter
-from specscope.executor.loop import _check_rule, decode_autoregressive, decode_speculative
+from specscope.executor.loop import check_rule, decode_autoregressive, decode_speculative
 from specscope.executor.methods import Method, static_method
 from specscope.executor.names import DRIFT_RELATIVE_TO
 from specscope.executor.targets import CachedModel, Model, load_model
@@ -94,7 +94,7 @@ def serve_stream(
     drafter = ServingDrafter(student, config.positions, sample, temperature, generator)
     method: Method = replace(static_method("chain", Tree.chain(config.depth, drafter.source),
                                            f"chain of {config.depth}"), observe=drafter.observe)
-    _check_rule(rule, temperature, method)
+    check_rule(rule, temperature, method)
     distiller = Distiller(module, config) if adapt else None
     records = []
     for i, prompt in enumerate(prompts):
@@ -246,7 +246,7 @@ def run_adapt(
 
     config.check()
     rule = rule or ("greedy" if temperature == 0 else "deterministic")
-    _check_rule(rule, temperature, static_method("chain", Tree.chain(config.depth), ""))
+    check_rule(rule, temperature, static_method("chain", Tree.chain(config.depth), ""))
     if n < 1 or max_new < 1 or repeat < 1:
         raise InputError(f"--n, --max-new and --repeat must be ≥ 1, got {n}, {max_new} and "
                          f"{repeat}")

@@ -320,7 +320,7 @@ def speculative_generate(
     `rule` is one of `RULES`; greedy needs temperature 0, the others temperature > 0.
     `progress(done, total)` is called after each prompt.
     """
-    _check_rule(rule, temperature, method)
+    check_rule(rule, temperature, method)
     if verify_lossless and rule != "greedy":
         raise InputError("--verify-lossless compares token for token, so it needs temperature 0")
     if max_new < 1 or not prompts:
@@ -373,7 +373,9 @@ def mismatched(output: Sequence[int], reference: Sequence[int]) -> int:
     return differ + abs(len(output) - len(reference))
 
 
-def _check_rule(rule: str, temperature: float, method: Method) -> None:
+def check_rule(rule: str, temperature: float, method: Method) -> None:
+    """An `InputError` unless `rule` is known, fits `temperature`, and (a sampled-draft rule)
+    `method` draws children the way the rule needs."""
     if rule not in RULES:
         raise InputError(f"unknown verification rule {rule!r}; known: {', '.join(RULES)}")
     if (rule == "greedy") != (temperature == 0):
