@@ -137,11 +137,11 @@ class Block:
 
 
 def pooled(records: Sequence[RequestRecord]) -> tuple[float, float]:
-    """(per-node acceptance, tokens per step) of `records` pooled over their steps."""
-    accepted = sum(r.accepted for r in records)
-    trials = sum(r.trials for r in records)
-    steps = sum(r.steps for r in records)
-    return accepted / max(1, trials), 1.0 + accepted / max(1, steps)
+    """(per-node acceptance, tokens per step) of `records` pooled over their steps: those of
+    one record summing them."""
+    total = RequestRecord(*(sum(getattr(r, k) for r in records)
+                            for k in ("steps", "accepted", "trials", "tokens")), None)
+    return total.acceptance, total.tokens_per_step
 
 
 @dataclass(frozen=True)
