@@ -13,9 +13,8 @@ from specscope.errors import InputError
 from specscope.executor.methods import MAX_DEPTH, STATIC_METHODS, resolve_method
 from specscope.optimizers.baselines import best_kary_tree, chain_tree, kary_tree
 from specscope.optimizers.compare import TREE_METHODS
-from specscope.optimizers.delayed import delayed_shape, delayed_tree
+from specscope.optimizers.delayed import delayed_shape, delayed_tree, path_then_rollouts
 from specscope.optimizers.sequoia import SequoiaDP
-from specscope.tree import Tree
 
 
 def random_p(rng: np.random.Generator, depth_table: bool) -> np.ndarray:
@@ -26,18 +25,6 @@ def random_p(rng: np.random.Generator, depth_table: bool) -> np.ndarray:
 
 CASES = [(seed, table, budget, cap) for seed in range(6) for table in (False, True)
          for budget, cap in ((5, None), (8, 3), (9, None))]
-
-
-def path_then_rollouts(delay: int, lengths: list[int], source: str = "draft") -> Tree:
-    """The delayed tree built directly: a chain of `delay`, rollouts of `lengths` by rank."""
-    parents, ranks = [-1, *range(delay)], [-1] + [0] * delay
-    for rank, length in enumerate(lengths):
-        parents.append(delay)
-        ranks.append(rank)
-        for _ in range(length - 1):
-            parents.append(len(parents) - 1)
-            ranks.append(0)
-    return Tree.from_parents(parents, ranks, ["root"] + [source] * (len(parents) - 1))
 
 
 def brute_force(p: np.ndarray, budget: int, cap: int | None) -> float:
@@ -68,7 +55,11 @@ def test_a_path_then_rollouts_within_budget_depth_and_the_dp(seed: int, table: b
     p = random_p(np.random.default_rng(seed), table)
     tree = delayed_tree(p, budget, cap)
     delay, lengths = delayed_shape(p, budget, cap)
-    assert tree == path_then_rollouts(delay, lengths)
+    # a path of `delay` rank-0 nodes, then rollouts of `lengths` from its end
+    assert all(list(tree.children[d]) == [d + 1] for d in range(delay)) or not lengths
+    assert len(tree.children[delay]) == len(lengths) and tree.size == 1 + delay + sum(lengths)
+    rollouts = sorted(len(tree.path(leaf)) - 1 - delay for leaf in tree.leaves)
+    assert rollouts == sorted(lengths) or not lengths
     assert tree.size <= budget and (cap is None or tree.depth <= cap)
     wide = [u for u, kids in enumerate(tree.children) if len(kids) > 1]
     assert wide in ([], [delay])  # only the path's end branches

@@ -32,11 +32,13 @@ def delayed_tree(p: Acceptance, budget: int, max_depth: int | None = None,
                  source: str = "draft", delay: int | None = None) -> Tree:
     """The best delayed-expansion tree of at most `budget` nodes (root included) under p, with
     the delay searched (None) or fixed (capped by the budget and depth)."""
-    delay, lengths = delayed_shape(p, budget, max_depth, delay)
-    parents, ranks = [-1], [-1]
-    for depth in range(delay):
-        parents.append(depth)
-        ranks.append(0)
+    return path_then_rollouts(*delayed_shape(p, budget, max_depth, delay), source)
+
+
+def path_then_rollouts(delay: int, lengths: list[int], source: str = "draft") -> Tree:
+    """A chain of `delay` rank-0 nodes below the root, then rollouts of `lengths` (by rank)
+    from its end (from the root when `delay` is 0)."""
+    parents, ranks = [-1, *range(delay)], [-1] + [0] * delay
     for rank, length in enumerate(lengths):
         parents.append(delay)
         ranks.append(rank)
