@@ -143,6 +143,21 @@ def choose_exit(hits: torch.Tensor, seen: int, exits: Sequence[int], gamma: int,
     return max(range(len(exits)), key=scores.__getitem__)
 
 
+class _LayerCount:
+    """`mean_layers`: the mean layers a draft position ran, over every one counted so far
+    (steps, or collected positions); before any, the value it starts from."""
+
+    def __init__(self, start: float) -> None:
+        self.mean_layers, self._drafts = start, 0
+
+    def count(self, layers: int, drafts: int = 1) -> None:
+        """`drafts` more positions that ran `layers` layers each."""
+        if drafts:
+            total = self._drafts + drafts
+            self.mean_layers = (self.mean_layers * self._drafts + layers * drafts) / total
+            self._drafts = total
+
+
 def _cached(target: Model) -> CachedModel:
     if not isinstance(target, CachedModel):
         raise InputError(f"--drafter layerskip needs a Transformer or Hugging Face target; "
@@ -174,18 +189,23 @@ class LayerSkipDrafter(DraftModelDrafter):
         self.layer_skip = options
         self.mode = options.mode
         self.skipped = layer_label(skip)
-        self.mean_layers = float(total - len(skip))
+        self.layers = _LayerCount(float(total - len(skip)))
         self.search: dict[str, dict[str, float]] = {}
         self._skip = skip
         self._texts: list[tuple[int, list[int]]] = []
         self._prompt: list[int] = []
-        self._drafts = 0
+
+    @property
+    def mean_layers(self) -> float:
+        """The mean layers a draft position ran so far."""
+        return self.layers.mean_layers
 
     @property
     def notes(self) -> dict:
-        """What the trace's metadata records beyond the scalar settings: the options and
-        SWIFT's search (every candidate's score)."""
-        return {"options": asdict(self.layer_skip), "search": self.search}
+        """What the trace's metadata records beyond the scalar settings: the options, SWIFT's
+        search (every candidate's score) and the mean layers drafted with."""
+        return {"options": asdict(self.layer_skip), "search": self.search,
+                "mean_layers": self.mean_layers}
 
     def start(self, prompt: Sequence[int], capacity: int) -> None:
         self._prompt = list(prompt)
@@ -193,10 +213,10 @@ class LayerSkipDrafter(DraftModelDrafter):
 
     def begin(self, context: Sequence[int]) -> None:
         super().begin(context)
-        self._count(1)
+        self.layers.count(self.target_layers - len(self._skip))
 
     def truth_logits(self, truth: Sequence[int]) -> torch.Tensor:
-        self._count(len(truth) - len(self._prompt))
+        self.layers.count(self.target_layers - len(self._skip), len(truth) - len(self._prompt))
         return super().truth_logits(truth)
 
     def finish(self, output: Sequence[int]) -> None:
@@ -205,13 +225,6 @@ class LayerSkipDrafter(DraftModelDrafter):
         self._texts.append((len(self._prompt), [*self._prompt, *output]))
         if len(self._texts) == self.layer_skip.search_requests:
             self._choose_set()
-
-    def _count(self, drafts: int) -> None:
-        """`mean_layers` over every draft position so far (steps, or collected positions)."""
-        kept = self.target_layers - len(self._skip)
-        self.mean_layers = (self.mean_layers * self._drafts + kept * drafts) / max(
-            1, self._drafts + drafts)
-        self._drafts += drafts
 
     def _view(self, skip: Sequence[int], padded: bool | None = None) -> CachedModel:
         """The target without layers `skip`, as a model on the target's runtime."""
@@ -313,15 +326,19 @@ class DynamicExitDrafter(DraftModelDrafter):
         self.layer_skip = options
         self.mode = options.mode
         self.target_layers = total
-        self.mean_layers = float(exits[-1])
+        self.layers = _LayerCount(float(exits[-1]))
         self._hits: deque[torch.Tensor] = deque(maxlen=options.window)
         self._prompt_len = 0
-        self._drafts = 0
+
+    @property
+    def mean_layers(self) -> float:
+        """The mean exit over the drafts so far."""
+        return self.layers.mean_layers
 
     @property
     def notes(self) -> dict:
-        """The options, for the trace's metadata."""
-        return {"options": asdict(self.layer_skip)}
+        """The options and the mean exit, for the trace's metadata."""
+        return {"options": asdict(self.layer_skip), "mean_layers": self.mean_layers}
 
     def start(self, prompt: Sequence[int], capacity: int) -> None:
         self._hits.clear()
@@ -343,7 +360,7 @@ class DynamicExitDrafter(DraftModelDrafter):
             lo = max(0, p - self.layer_skip.window)
             e = self._choose(cumulative[:, p] - cumulative[:, lo], p - lo)
             if p >= self._prompt_len - 1:
-                self._count(self.model.exits[e])
+                self.layers.count(self.model.exits[e])
             rows.append(logits[e, p])
         return torch.stack(rows)
 
@@ -358,7 +375,7 @@ class DynamicExitDrafter(DraftModelDrafter):
             len(self.model.exits), dtype=torch.long)
         e = self._choose(hits, len(self._hits))
         self.model.exit = self.model.exits[e]
-        self._count(self.model.exit)
+        self.layers.count(self.model.exit)
         self._set_forwarded(Tree.root(), [0], pending[-1:], logits[e, -1:])
 
     def _observe(self, logits: torch.Tensor, following: Sequence[int]) -> None:
@@ -371,9 +388,6 @@ class DynamicExitDrafter(DraftModelDrafter):
         return choose_exit(hits, seen, self.model.exits, self.layer_skip.gamma,
                            self.target_layers)
 
-    def _count(self, layers: int) -> None:
-        self.mean_layers = (self.mean_layers * self._drafts + layers) / (self._drafts + 1)
-        self._drafts += 1
 
 
 def layer_skip_drafter(target: Model, options: LayerSkipOptions, sample: str | None = None,
