@@ -44,6 +44,7 @@ levels (a width-1 level keeps one continuation, a sample from q), then W.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -119,12 +120,12 @@ def draft_sbs(drafter: DistributionDrafter, root_token: int, widths: Sequence[in
         rows = (top.indices // q.shape[1]).tolist()
         cols = (top.indices % q.shape[1]).tolist()
         order = sorted(range(keep), key=lambda i: (rows[i], i))  # by parent, then descending G
-        level, picked = [], []
+        level, siblings = [], Counter()
         for i in order:
             b, token = rows[i], cols[i]
             u = beam[b].id
-            ranks.append(sum(1 for j in picked if rows[j] == b))
-            picked.append(i)
+            ranks.append(siblings[b])
+            siblings[b] += 1
             level.append(DraftNode(len(parents), u, token, beam[b].depth + 1))
             parents.append(u)
             tokens.append(token)
