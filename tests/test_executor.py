@@ -16,7 +16,7 @@ from functools import cache
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_pair import save_tiny_llama
 
 from specscope.errors import InputError
 from specscope.executor.drafters import DRAFTERS, make_drafter
@@ -118,13 +118,7 @@ def mamba() -> Case:
 
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory) -> str:
-    config = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=128, initializer_range=0.2)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(path)
-    return str(path)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), V, 2)
 
 
 @pytest.fixture(scope="module")

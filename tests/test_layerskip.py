@@ -16,6 +16,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from tiny_pair import save_tiny_llama
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specscope.errors import InputError
@@ -81,13 +82,7 @@ def prompts() -> list[list[int]]:
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory) -> str:
     """A tiny random 4-layer LlamaForCausalLM saved to a folder."""
-    config = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=128, initializer_range=0.2)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-llama-4")
-    LlamaForCausalLM(config).save_pretrained(path)
-    return str(path)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama-4"), V, 4)
 
 
 def assert_lossless(target: Model, drafter, method, prompts: list[list[int]]) -> list[int]:

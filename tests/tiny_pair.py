@@ -1,7 +1,10 @@
-"""A tiny random target with a perturbed copy as its draft, and prompts that repeat their start,
-shared by the tests that collect traces and replay them against the executor."""
+"""Tiny models the executor tests share: a random target with a perturbed copy as its draft,
+prompts that repeat their start (for tests that collect traces and replay them against the
+executor), and a random Hugging Face Llama folder."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,6 +26,18 @@ def perturbed_pair(spec: ModelSpec, draft_name: str) -> tuple[CachedModel, Cache
             if p.ndim >= 2:
                 p.add_(0.05 * p.std() * torch.randn(p.shape, generator=g, dtype=p.dtype))
     return wrap(target), wrap(draft, draft_name)
+
+
+def save_tiny_llama(path: Path, vocab_size: int, layers: int) -> str:
+    """A random LlamaForCausalLM (seed 0, width 32, `layers` layers) saved to `path`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=48,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, initializer_range=0.2)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(path)
+    return str(path)
 
 
 def repeating_prompts(vocab_size: int, count: int = 6) -> list[list[int]]:
