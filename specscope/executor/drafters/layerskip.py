@@ -59,7 +59,7 @@ from specscope.executor.drafters.draft_model import DraftModelDrafter
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import CachedModel, Model
 from specscope.models.torch import Transformer
-from specscope.models.torch.skip import exit_logits, layer_count, layer_label, skip_layers
+from specscope.models.torch.skip import layer_count, layer_label, skip_layers
 from specscope.tree import Tree
 
 LAYERSKIP = "layerskip"
@@ -289,8 +289,8 @@ class EarlyExitModel:
     def verify_exits(self, tokens: torch.Tensor, tree: Tree,
                      exits: Sequence[int] | None = None) -> torch.Tensor:
         """Logits (len(exits), n, vocab) of the tree's nodes at each exit (default: all)."""
-        return exit_logits(self.view, tokens.to(self.runtime.device), tree, self.committed,
-                           exits or self.exits)
+        return self.view.forward_exits(tokens.to(self.runtime.device), tree, self.committed,
+                                       exits or self.exits)
 
     def verify(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
         return self.verify_exits(tokens, tree, (self.exit,))[0]

@@ -13,8 +13,8 @@ copies of the kept blocks and of their attention modules (`_shallow`): the same 
 parameters, but their own cache pointer (a Hugging Face view renumbers `layer_idx` 0..k−1 and
 carries a copy of the config with k layers, so its `DynamicCache` has k layers).
 
-`exit_logits` is DEL's early-exit pass over a `Transformer` (or a view of its first layers): one
-pass through the first max(exits) layers, the final norm and LM head applied after each layer in
+DEL's early-exit pass over a view of the first layers is `Transformer.forward_exits`: one pass
+through the first max(exits) layers, the final norm and LM head applied after each layer in
 `exits` ("shadow tokens" of every exit at once).
 """
 
@@ -25,20 +25,11 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 from torch import nn
 
 from specscope.errors import InputError
-from specscope.models.torch.attention import SplitMask
-from specscope.models.torch.layers import rope_cos_sin
-from specscope.models.torch.transformer import Transformer, causal_mask
-from specscope.models.torch.tree_inputs import (
-    tree_attention_mask,
-    tree_block_mask,
-    tree_position_ids,
-)
-from specscope.tree import Tree
+from specscope.models.torch.transformer import Transformer
 
 if TYPE_CHECKING:
     from specscope.models.torch.hf import HFCausalLM
@@ -130,37 +121,3 @@ def _hf_view(model: HFCausalLM, kept: tuple[int, ...]) -> HFCausalLM:
     view.cache = view._new_cache()
     return view
 
-
-@torch.no_grad()
-def exit_logits(
-    model: Transformer, tokens: torch.Tensor, tree: Tree, committed: int, exits: Sequence[int]
-) -> torch.Tensor:
-    """Logits (len(exits), n, vocab) of every node of `tree` (tokens (n,)) after the first e
-    layers, for each e in `exits` (ascending), from one pass through the first max(exits) layers.
-
-    Node i goes to cache slot committed + i in the layers run; deeper layers are neither run nor
-    written. A chain is causal (from an empty cache, SDPA's causal path, as `prefill` runs it).
-    This is `Transformer`'s own pass with the final norm and LM head applied at every exit.
-    """
-    n, device = tree.size, tokens.device
-    if model.max_seq_len == 0:
-        raise RuntimeError("call setup_caches before running the model")
-    if committed + n > model.max_seq_len:
-        raise InputError(f"tree of {n} nodes after {committed} tokens exceeds the cache")
-    chain = bool(np.array_equal(tree.parents, np.arange(-1, n - 1)))
-    if model.tree_attention == "dense":
-        mask = tree_attention_mask(tree, committed, model.lm_head.weight.dtype, device)
-    elif chain:
-        mask = causal_mask(committed, n, device)
-    else:
-        mask = SplitMask(committed, tree_block_mask(tree, device))
-    positions = tree_position_ids(tree, committed, device)
-    slots = torch.arange(committed, committed + n, device=device)
-    x = model.model.embed_tokens(tokens[None])
-    cos, sin = rope_cos_sin(positions, model.spec.head_dim, model.spec.rope_theta, x.dtype)
-    out = []
-    for depth, block in enumerate(model.model.layers[: exits[-1]], 1):
-        x = block(x, cos, sin, mask, slots)
-        if depth in exits:
-            out.append(model.lm_head(model.model.norm(x))[0])
-    return torch.stack(out)

@@ -269,8 +269,25 @@ class Transformer(CausalLM):
 
         `committed_len` tokens are already cached; node i goes to slot committed_len + i.
         """
+        return self._run(tokens[None], *self._tree_inputs(tree, committed_len, tokens.device))[0]
+
+    @torch.no_grad()
+    def forward_exits(self, tokens: torch.Tensor, tree: Tree, committed_len: int,
+                      exits: Sequence[int]) -> torch.Tensor:
+        """`forward_tree` exiting after each of the first e layers, e in `exits` (ascending):
+        logits (len(exits), n, vocab) from one pass through the first max(exits) layers, the
+        final norm and LM head applied at every exit (DEL's early exits). Deeper layers are
+        neither run nor written. A chain runs causal, as `prefill` runs a prompt."""
         n = tree.size
-        device = tokens.device
+        inputs = self._tree_inputs(tree, committed_len, tokens.device)
+        if self.tree_attention != "dense" and tree.depth == n - 1:  # a chain
+            inputs = (*inputs[:2], causal_mask(committed_len, n, tokens.device))
+        return self._run(tokens[None], *inputs, exits=exits)[:, 0]
+
+    def _tree_inputs(self, tree: Tree, committed_len: int, device: torch.device
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | SplitMask]:
+        """Positions, cache slots and mask of a tree's pass after `committed_len` tokens."""
+        n = tree.size
         if committed_len + n > self.max_seq_len:
             raise InputError(f"tree of {n} nodes after {committed_len} tokens exceeds the cache")
         if self.tree_attention == "dense":
@@ -279,7 +296,7 @@ class Transformer(CausalLM):
             mask = SplitMask(committed_len, tree_block_mask(tree, device))
         positions = tree_position_ids(tree, committed_len, device)
         slots = torch.arange(committed_len, committed_len + n, device=device)
-        return self._run(tokens[None], positions, slots, mask)[0]
+        return positions, slots, mask
 
     def compact(self, committed_len: int, accepted_nodes: Sequence[int]) -> None:
         """Move the KV of `accepted_nodes` (root first) into slots committed_len, +1, +2, …"""
@@ -313,14 +330,23 @@ class Transformer(CausalLM):
         positions: torch.Tensor,
         slots: torch.Tensor,
         mask: torch.Tensor | SplitMask,
+        exits: Sequence[int] | None = None,
     ) -> torch.Tensor:
+        """Logits after the last layer, or (`exits`) stacked after each layer count in it."""
         if self.max_seq_len == 0:
             raise RuntimeError("call setup_caches before running the model")
         x = self.model.embed_tokens(tokens)
         cos, sin = rope_cos_sin(positions, self.spec.head_dim, self.spec.rope_theta, x.dtype)
-        for block in self.model.layers:
+        if exits is None:
+            for block in self.model.layers:
+                x = block(x, cos, sin, mask, slots)
+            return self.lm_head(self.model.norm(x))
+        out = []
+        for depth, block in enumerate(self.model.layers[: exits[-1]], 1):
             x = block(x, cos, sin, mask, slots)
-        return self.lm_head(self.model.norm(x))
+            if depth in exits:
+                out.append(self.lm_head(self.model.norm(x)))
+        return torch.stack(out)
 
 
 def causal_mask(prefix: int, t: int, device: torch.device | str) -> SplitMask:
