@@ -218,8 +218,10 @@ def test_sampled_self_speculation_follows_the_seed(target: Model, prompts) -> No
 
 
 @pytest.mark.parametrize("options, tree", [(FIXED, BUSHY), (SWIFT, BUSHY),
-                                           (DEL, Tree.chain(1, LAYERSKIP))],
-                         ids=["fixed", "swift", "del-depth-1"])
+                                           (DEL, Tree.chain(1, LAYERSKIP)),
+                                           (DEL, Tree.chain(4, LAYERSKIP)),
+                                           (DEL, Tree.chain(7, LAYERSKIP))],
+                         ids=["fixed", "swift", "del-chain-1", "del-chain-4", "del-chain-7"])
 def test_replaying_the_trace_predicts_the_executors_steps_exactly(target: Model, prompts,
                                                                   options, tree: Tree) -> None:
     trace = collect_tokens(target, [drafter_of(target, options)], prompts, MAX_NEW)
@@ -227,7 +229,14 @@ def test_replaying_the_trace_predicts_the_executors_steps_exactly(target: Model,
     runs = [decode_speculative(target, drafter, static_method("t", tree, "test"), p, MAX_NEW)
             for p in prompts]
     assert sum(map(sum, (r.accepted for r in runs))) >= len(prompts)
-    assert replay(trace, tree).steps == sum(len(r.accepted) for r in runs)
+    replayed = replay(trace, tree)
+    steps = []
+    for r in runs:  # replay accepts no node past a request's last position
+        left = MAX_NEW - sum(a + 1 for a in r.accepted[:-1])
+        steps += [*r.accepted[:-1], min(r.accepted[-1], left)]
+    accepted = np.bincount(steps, minlength=tree.depth + 1)
+    assert replayed.steps == sum(len(r.accepted) for r in runs)
+    np.testing.assert_array_equal(replayed.accepted_hist[: tree.depth + 1], accepted)
 
 
 def test_swift_keeps_the_best_of_the_sets_it_scored_on_the_first_requests(target: Model,

@@ -12,7 +12,8 @@ its candidates for every position *given the true prefix* (DESIGN.md, "The trace
 - RASD: the draft model's part from one forward over the whole sequence, fused at each position
   with the suffix retrieval there (`RasdDrafter.fuse`);
 - layer skip: the skipped view's one forward as a draft model's (DEL: each position's logits at
-  the exit the executor would choose there, `truth_logits`).
+  the exit the executor would choose there, `truth_logits`, and the chain it drafts from there as
+  a sequence drafter's proposal, `truth_proposals`).
 
 The rows form a schema-v1 `Trace`; `collect` also writes it with `write_trace`.
 """
@@ -128,7 +129,9 @@ def _draft_rows(
 ) -> Rows:
     """Candidates for every generated position given the true prefix."""
     if isinstance(drafter, DraftModelDrafter):
-        return [(t, s, []) for t, s in _draft_top(drafter, truth, prompt_len, k)]
+        top = _draft_top(drafter, truth, prompt_len, k)
+        chains = drafter.truth_proposals(truth, prompt_len, PROPOSAL_LEN) or [[]] * len(top)
+        return [(t, s, c) for (t, s), c in zip(top, chains, strict=True)]
     drafted = None
     if isinstance(drafter, RasdDrafter):
         drafted = _draft_top(drafter.draft, truth, prompt_len, max(k, drafter.prune_k))

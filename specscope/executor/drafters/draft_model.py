@@ -53,6 +53,12 @@ class DraftModelDrafter(Drafter):
         last, each given the true prefix: trace collection's one forward over a sequence."""
         return self.model.prefill(torch.tensor(truth), len(truth))
 
+    def truth_proposals(self, truth: Sequence[int], prompt_len: int,
+                        length: int) -> list[list[int]] | None:
+        """Per generated position, the chain drafted from the true prefix when the drafter is a
+        sequence source in traces (DEL); None for a ranked draft, whose top-k replays trees."""
+        return None
+
     def begin(self, context: Sequence[int]) -> None:
         super().begin(context)
         self.draft_probs = {}

@@ -42,7 +42,10 @@ Exact greedy replay: a fixed set's candidates depend on the committed text and t
 only; SWIFT's set is a function of the committed text of earlier requests, the same in `collect`
 and the executor. DEL's exit is chosen once per step, so a node below depth 1 drafts with the
 exit of the step's root, where `collect` (given the true prefix at every position) uses the exit
-of that position: replay is exact for chains of one and approximate deeper.
+of that position. So `collect` records DEL as a sequence source: at every position, besides the
+exit's top-k, the chain DEL drafts greedily with that position as the root (`truth_proposals`).
+Chains replay exactly from those proposals, the trees the optimizers build for a sequence source;
+a branching tree replays along its main path only.
 """
 
 from __future__ import annotations
@@ -353,16 +356,45 @@ class DynamicExitDrafter(DraftModelDrafter):
         """Per position, the logits of the exit the executor would choose with that position as
         the root (from the match rates of the `window` positions before it)."""
         logits = self.model.start(torch.tensor(truth), len(truth))
+        chosen = self._root_exits(logits, truth)
+        for e in chosen[self._prompt_len - 1 :]:
+            self.layers.count(self.model.exits[e])
+        return logits[chosen, torch.arange(len(chosen))]
+
+    def truth_proposals(self, truth: Sequence[int], prompt_len: int,
+                        length: int) -> list[list[int]]:
+        """Per generated position, the `length` tokens DEL drafts greedily with that position's
+        last true token as the root: each level one pass of the chain so far at the exit
+        `truth_logits` chose there, after the true prefix, as the executor's levels run."""
+        model = self.model
+        logits = model.start(torch.tensor(truth), len(truth) + length)
+        chosen = self._root_exits(logits, truth)
+        kv = model.view.kv_cache.kv
+        chains = []
+        for p in range(prompt_len - 1, len(truth) - 1):
+            exit_ = model.exits[chosen[p]]
+            saved = kv[..., p : p + length + 1, :].clone()
+            model.committed = p
+            chain = [int(logits[chosen[p], p].argmax())]
+            while len(chain) < length:
+                tokens = torch.tensor([truth[p], *chain])
+                step = model.verify_exits(tokens, Tree.chain(len(chain)), (exit_,))[0, -1]
+                chain.append(int(step.argmax()))
+            kv[..., p : p + length + 1, :] = saved
+            chains.append(chain)
+        return chains
+
+    def _root_exits(self, logits: torch.Tensor, truth: Sequence[int]) -> list[int]:
+        """Per position p of `truth` but the last, the index of the exit the executor chooses
+        with p as the step's root, from every exit's logits (exits, len(truth) − 1, vocab):
+        the match rates over the `window` positions before p."""
         hits = (logits.argmax(-1).cpu() == torch.tensor(truth[1:])).long()
         cumulative = torch.nn.functional.pad(hits.cumsum(1), (1, 0))
-        rows = []
+        chosen = []
         for p in range(len(truth) - 1):
             lo = max(0, p - self.layer_skip.window)
-            e = self._choose(cumulative[:, p] - cumulative[:, lo], p - lo)
-            if p >= self._prompt_len - 1:
-                self.layers.count(self.model.exits[e])
-            rows.append(logits[e, p])
-        return torch.stack(rows)
+            chosen.append(self._choose(cumulative[:, p] - cumulative[:, lo], p - lo))
+        return chosen
 
     def _catch_up(self) -> None:
         """The committed tokens not yet run (the last step's root, accepted path and bonus)
