@@ -6,6 +6,7 @@ import pytest
 from specscope.errors import InputError
 from specscope.models import (
     ModelSpec,
+    catalogue,
     forward_ops,
     get_model,
     kv_bytes_per_token,
@@ -15,12 +16,19 @@ from specscope.models import (
     ssm_state_bytes,
     weight_bytes,
 )
+from specscope.models.spec import spec_from_table
 
 REQUIRED = [
     "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "vicuna-7b",
     "vicuna-13b", "vicuna-33b", "mistral-7b", "qwen2.5-7b", "llama-68m", "llama-3.2-1b",
     "tinyllama-1.1b", "mamba2-2.7b", "bamba-9b",
 ]
+ADDED = [
+    "clip-vit-l-336", "qwen2.5-vl-vit", "llava-1.6-7b", "llava-1.6-13b", "qwen2.5-vl-3b",
+    "qwen2.5-vl-7b", "longchat-13b-16k", "vicuna-7b-16k", "llama-3-8b-262k", "qwq-32b",
+    "llama-3-8b", "llama-3-70b", "phi-3-mini",
+]
+VLMS = ["llava-1.6-7b", "llava-1.6-13b", "qwen2.5-vl-3b", "qwen2.5-vl-7b"]
 
 TINY = ModelSpec(name="tiny", arch="transformer", n_layers=2, d_model=64, vocab_size=100,
                  n_heads=4, n_kv_heads=2, head_dim=16, d_ff=128)
@@ -43,7 +51,7 @@ def test_catalogue_holds_every_required_model_with_a_source():
     assert kinds.count("attn") == 3 and kinds[9] == kinds[18] == kinds[27] == "attn"
 
 
-@pytest.mark.parametrize("name", REQUIRED)
+@pytest.mark.parametrize("name", REQUIRED + ADDED)
 def test_param_count_is_within_3_percent_of_the_published_size(name):
     assert param_count(get_model(name)) == pytest.approx(published_params(name), rel=0.03)
 
@@ -144,3 +152,54 @@ def test_tensor_parallel_splits_heads_and_rejects_uneven_splits():
 def test_unknown_model_raises_input_error_listing_known_names():
     with pytest.raises(InputError, match=r"unknown model 'llama-9'.*llama-2-7b"):
         get_model("llama-9")
+
+
+def test_added_models_have_a_source_and_their_published_context():
+    assert set(ADDED) <= set(list_models())
+    for name in ADDED:
+        assert get_model(name).source
+    assert get_model("llama-3-8b-262k").max_seq_len == 262144
+    assert get_model("llama-3-8b-262k").rope_theta == 283461213.0
+    assert get_model("longchat-13b-16k").max_seq_len == get_model("vicuna-7b-16k").max_seq_len
+    assert get_model("qwen2.5-vl-3b").tie_embeddings
+    assert not get_model("qwen2.5-vl-7b").tie_embeddings
+
+
+@pytest.mark.parametrize("name", VLMS)
+def test_every_vlm_names_a_vision_encoder_in_the_catalogue(name):
+    spec = get_model(name)
+    encoder = get_model(spec.vision_encoder)
+    assert encoder.arch == "transformer" and encoder.vocab_size == 1
+    assert not encoder.vision_encoder and encoder.n_kv_heads == encoder.n_heads
+    assert spec.image_tokens >= 1 and spec.image_patches >= spec.image_tokens
+
+
+def test_vision_fields_default_to_a_text_model():
+    for name in REQUIRED:
+        spec = get_model(name)
+        assert (spec.vision_encoder, spec.image_tokens, spec.image_patches) == ("", 0, 0)
+    assert (get_model("qwen2.5-vl-7b").image_tokens, get_model("qwen2.5-vl-7b").image_patches
+            ) == (256, 1024)
+    assert get_model("llava-1.6-7b").image_tokens == 5 * 576
+
+
+def test_a_vision_encoder_without_image_tokens_raises_input_error():
+    table = {"arch": "transformer", "n_layers": 2, "d_model": 64, "vocab_size": 100,
+             "n_heads": 4, "n_kv_heads": 4, "head_dim": 16, "d_ff": 128,
+             "vision_encoder": "clip-vit-l-336", "image_patches": 576}
+    with pytest.raises(InputError, match=r"model 'vlm'.*image_tokens"):
+        spec_from_table("vlm", {**table, "image_tokens": 0}, "here.toml")
+    with pytest.raises(InputError, match=r"model 'vlm'.*image_patches"):
+        spec_from_table("vlm", {**table, "image_tokens": 576, "image_patches": 0}, "here.toml")
+    assert spec_from_table("vlm", {**table, "image_tokens": 576}, "here.toml").image_tokens == 576
+
+
+def test_an_unknown_vision_encoder_is_an_input_error_naming_the_model():
+    specs = {"tiny": TINY, "vlm": ModelSpec(
+        name="vlm", arch="transformer", n_layers=2, d_model=64, vocab_size=100, n_heads=4,
+        n_kv_heads=2, head_dim=16, d_ff=128, vision_encoder="no-such-vit", image_tokens=4,
+        image_patches=16)}
+    with pytest.raises(InputError, match=r"model 'vlm'.*'no-such-vit'"):
+        catalogue.check_vision_encoders(specs, "cat.toml")
+    specs["no-such-vit"] = TINY
+    catalogue.check_vision_encoders(specs, "cat.toml")

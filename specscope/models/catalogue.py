@@ -11,6 +11,8 @@ from specscope.models.spec import ModelSpec, spec_from_table
 from specscope.models.zoo import zoo_report, zoo_specs
 
 CATALOGUE_PATH = Path(__file__).parent / "data" / "catalogue.toml"
+
+
 @cache
 def _catalogue() -> tuple[dict[str, ModelSpec], dict[str, float]]:
     """Every catalogue spec and its published parameter count, by name."""
@@ -25,7 +27,23 @@ def _catalogue() -> tuple[dict[str, ModelSpec], dict[str, float]]:
     for name, spec in zoo_specs().items():
         specs[name] = spec
         published[name] = float(zoo_report(name).get("params", 0.0))
+    check_vision_encoders(specs, str(CATALOGUE_PATH))
     return specs, published
+
+
+def check_vision_encoders(specs: dict[str, ModelSpec], where: str) -> None:
+    """Raise `InputError` when a model's `vision_encoder` names no spec in `specs`, or names a
+    model that itself has a vision encoder."""
+    for name, spec in specs.items():
+        if not spec.vision_encoder:
+            continue
+        encoder = specs.get(spec.vision_encoder)
+        if encoder is None:
+            raise InputError(f"{where}: model {name!r} names vision_encoder "
+                             f"{spec.vision_encoder!r}, which is not in the catalogue")
+        if encoder.vision_encoder:
+            raise InputError(f"{where}: model {name!r} names vision_encoder "
+                             f"{spec.vision_encoder!r}, which has a vision encoder itself")
 
 
 def list_models() -> list[str]:

@@ -139,7 +139,7 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
             raise InputError(f"tp={tp} does not divide {what}={size} of {spec.name}")
 
 
-def _linear(op: str, count: int, tokens: Num, d_in: int, d_out: int, bpw: float, quant: bool,
+def linear_op(op: str, count: int, tokens: Num, d_in: int, d_out: int, bpw: float, quant: bool,
             reduce_width: int = 0) -> OpCost:
     """A dense projection d_in → d_out applied to `tokens` tokens in each of `count` layers."""
     weights = d_in * d_out
@@ -172,13 +172,13 @@ def _attention_ops(spec: ModelSpec, count: int, batch: Num, new: Num, context: N
     kv_row = 2 * kv * hd * ACT_BYTES
     return [
         _norm("attn_norm", count, tokens, d),
-        _linear("qkv_proj", count, tokens, d, (heads + 2 * kv) * hd, bpw, quant),
+        linear_op("qkv_proj", count, tokens, d, (heads + 2 * kv) * hd, bpw, quant),
         OpCost("attention", count,
                flops=count * batch * heads * new * keys * (4.0 * hd + 5.0),
                weight_bytes=0.0,
                act_bytes=count * 2.0 * tokens * heads * hd * ACT_BYTES,
                kv_bytes=count * batch * (keys + new) * kv_row, tokens=tokens, kind="attention"),
-        _linear("o_proj", count, tokens, heads * hd, d, bpw, quant, reduce_width=d),
+        linear_op("o_proj", count, tokens, heads * hd, d, bpw, quant, reduce_width=d),
     ]
 
 
@@ -198,7 +198,7 @@ def _ssm_ops(spec: ModelSpec, count: int, seqs: Num, seq_len: Num, chunk: Num, t
     scan_flops = tokens * (chunk * (2.0 * g * n + 2.0 * inner + h) + 4.0 * inner * n)
     return [
         _norm("ssm_norm", count, tokens, d),
-        _linear("ssm_in_proj", count, tokens, d, 2 * inner + 2 * g * n + h, bpw, quant),
+        linear_op("ssm_in_proj", count, tokens, d, 2 * inner + 2 * g * n + h, bpw, quant),
         OpCost("ssm_conv", count, flops=count * 2.0 * tokens * conv * k,
                weight_bytes=count * conv * (k + 1) * ACT_BYTES,
                act_bytes=count * 2.0 * tokens * conv * ACT_BYTES,
@@ -208,7 +208,7 @@ def _ssm_ops(spec: ModelSpec, count: int, seqs: Num, seq_len: Num, chunk: Num, t
                act_bytes=count * tokens * (2 * inner + 2 * g * n + h) * ACT_BYTES,
                kv_bytes=count * 2.0 * seqs * state, tokens=tokens),
         _norm("ssm_gate_norm", count, tokens, inner),
-        _linear("ssm_out_proj", count, tokens, inner, d, bpw, quant, reduce_width=d),
+        linear_op("ssm_out_proj", count, tokens, inner, d, bpw, quant, reduce_width=d),
     ]
 
 
@@ -222,15 +222,18 @@ def forward_ops(
     group_size: int = 128,
     tp: int = 1,
     shard_lm_head: bool = True,
+    quant_lm_head: bool = True,
     ssm_verify: str | None = None,
     depth: Num | None = None,
     leaves: Num | None = None,
 ) -> list[OpCost]:
     """The operator table of one forward, per device (see the module docstring).
 
-    `ssm_verify` None: the new tokens are a chain (SSD chunks of 256); "stree": one tree-masked
-    SSD pass over all new tokens; "naive": every root-to-leaf path unrolled, `leaves` sequences
-    of `depth` + 1 tokens per batch item, plus one state copy per leaf.
+    `quant_lm_head` False keeps an untied lm_head at 16 bits under 8/4-bit weights (GPTQ, AWQ
+    and Marlin checkpoints do; gpt-fast quantises it). `ssm_verify` None: the new tokens are a
+    chain (SSD chunks of 256); "stree": one tree-masked SSD pass over all new tokens; "naive":
+    every root-to-leaf path unrolled, `leaves` sequences of `depth` + 1 tokens per batch item,
+    plus one state copy per leaf.
     """
     bpw = bytes_per_weight(weight_bits, group_size)
     check_tp(spec, tp)
@@ -264,12 +267,13 @@ def forward_ops(
         ff = spec.d_ff // tp
         ops += [
             _norm("mlp_norm", n_mlp, tokens, d),
-            _linear("mlp_gate_up", n_mlp, tokens, d, 2 * ff, bpw, quant),
-            _linear("mlp_down", n_mlp, tokens, ff, d, bpw, quant, reduce_width=d),
+            linear_op("mlp_gate_up", n_mlp, tokens, d, 2 * ff, bpw, quant),
+            linear_op("mlp_down", n_mlp, tokens, ff, d, bpw, quant, reduce_width=d),
         ]
     vocab = -(-v // tp) if shard_lm_head else v
     ops += [
         _norm("final_norm", 1, tokens, d),
-        _linear("lm_head", 1, tokens, d, vocab, bpw, quant and not spec.tie_embeddings),
+        linear_op("lm_head", 1, tokens, d, vocab, bpw,
+                quant and quant_lm_head and not spec.tie_embeddings),
     ]
     return ops

@@ -18,6 +18,11 @@ class ModelSpec:
     "ssm" (Mamba-2: scalar decay per head, short causal conv, SSD; no MLP unless d_ff > 0) or
     "hybrid" (layers listed in `attn_layers` are attention, the others Mamba-2 mixers; every
     layer has a SwiGLU MLP when d_ff > 0).
+
+    A vision-language model names its vision encoder (`vision_encoder`, another catalogue entry,
+    "" for a text model); one image at the model's default resolution becomes `image_tokens`
+    tokens of the language model (after any projector or patch merger) and costs the encoder a
+    forward over `image_patches` tokens.
     """
 
     name: str
@@ -44,6 +49,10 @@ class ModelSpec:
     max_seq_len: int = 4096
     weight_bits: int = 16
     source: str = ""
+    # vision
+    vision_encoder: str = ""
+    image_tokens: int = 0
+    image_patches: int = 0
 
     @property
     def d_inner(self) -> int:
@@ -100,3 +109,8 @@ def _check(spec: ModelSpec, where: str) -> None:
         raise InputError(f"{bad}: attn_layers must lie in 0..{spec.n_layers - 1}")
     if spec.weight_bits not in (16, 8, 4):
         raise InputError(f"{bad}: weight_bits {spec.weight_bits} is not 16, 8 or 4")
+    if spec.vision_encoder and min(spec.image_tokens, spec.image_patches) < 1:
+        raise InputError(f"{bad}: a model with vision_encoder {spec.vision_encoder!r} needs "
+                         f"image_tokens and image_patches >= 1")
+    if min(spec.image_tokens, spec.image_patches) < 0:
+        raise InputError(f"{bad}: image_tokens and image_patches must not be negative")
