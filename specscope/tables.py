@@ -127,3 +127,27 @@ def simulate_table(summary: dict[str, Any]) -> Table:
         f"mean {summary['mean_batch']:.1f}, peak {summary['peak_batch']} · peak KV "
         f"{summary['peak_kv_occupancy']:.1%} of {summary['kv_capacity_bytes'] / 1e9:,.1f} GB")
     return table
+
+
+def reproduce_table(rows: list[Any]) -> Table:
+    """`specscope reproduce`: per case, predicted against published and the relative error;
+    lossy systems and partial setups marked."""
+    table = Table(title="seed systems: predicted against published",
+                  caption="speedup over the case's baseline (autoregressive decoding of the same "
+                  "target unless noted); τ: tokens per step, bonus counted; ⚠: lossy, accepts "
+                  "beyond the target's distribution; †: partial setup, assumptions below")
+    for col in ("case", "system", "hw", "τ", "predicted", "published", "rel err"):
+        left = col in ("case", "system", "hw")
+        table.add_column(col, justify="left" if left else "right", overflow="fold",
+                         no_wrap=not left, min_width={"case": 12, "system": 9}.get(col))
+    for r in rows:
+        p, case = r.prediction, r.case
+        if r.compared == "speedup":
+            pred, pub = f"{r.predicted_speedup:.2f}×", f"{case.published_speedup:.2f}×"
+        else:
+            pred = f"{p.tokens_per_s:,.0f} tok/s"
+            pub = f"{case.published_tokens_per_s:,.0f} tok/s"
+        name = case.name + (" †" if case.setup == "partial" else "")
+        table.add_row(name, case.system + (" ⚠" if p.lossy else ""), case.hw,
+                      f"{p.tokens_per_step:.2f}", pred, pub, f"{r.rel_err:+.1%}")
+    return table

@@ -60,6 +60,7 @@ COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], .
       "    --acceptance 0.6,0.2,0.1 --policy smartspec --rate 8 --requests 500 \\",
       "    --seed 0")),
     (app, "sweep", predict.sweep, ("specscope sweep examples/sweep.toml -o out/sweep.parquet",)),
+    (app, "reproduce", predict.reproduce, ("specscope reproduce examples/papers --json",)),
     (app, "dashboard", report.dashboard,
      ("specscope dashboard out/demo -o out/demo/report.html",)),
     (app, "demo", report.demo, ("specscope demo --quick --out out/demo",)),

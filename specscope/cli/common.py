@@ -77,7 +77,7 @@ def _csv_floats(text: str, option: str) -> list[float]:
         raise InputError(f"{option}: expected comma-separated numbers, got {text!r}") from None
 
 
-def _emit(payload: dict, as_json: bool, output: Path | None) -> None:
+def _emit(payload: dict | list, as_json: bool, output: Path | None) -> None:
     text = json.dumps(payload, indent=2)
     if output is not None:
         write_text_atomic(output, text + "\n")

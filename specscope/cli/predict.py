@@ -1,4 +1,4 @@
-"""Prediction commands: cost, optimize-tree, simulate, sweep (no torch)."""
+"""Prediction commands: cost, optimize-tree, simulate, sweep, reproduce (no torch)."""
 
 from __future__ import annotations
 
@@ -191,6 +191,11 @@ def simulate(
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms).")] = None,
     drift: Annotated[str | None, typer.Option(help="Acceptance multipliers per 1000 arrivals, "
                                                    "e.g. 1,0.9,0.8.")] = None,
+    system: Annotated[str | None, typer.Option(help="A seed system whose cost models serve "
+                                                    "(head, hierspec, longspec, ...)."),
+                      Choices("specscope.systems.registry:SYSTEM_NAMES")] = None,
+    system_options: Annotated[str | None, typer.Option(help="The system's own keys, "
+                                                            "KEY=VALUE,... (window=512).")] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Per-request metrics "
                                                 "parquet (summary in its metadata); the time "
@@ -200,6 +205,7 @@ def simulate(
     per-step speculation policies, replicas behind a router."""
     from specscope.simulator.metrics import write_metrics
     from specscope.simulator.run import SimulateRequest, run_simulation
+    from specscope.systems.registry import system_options as parse_system
     from specscope.tables import simulate_table
     from specscope.trace import read_trace
 
@@ -216,6 +222,7 @@ def simulate(
         prompt_len=prompt_len, output_len=output_len, draft_placement=draft_placement,
         link_gbps=link_gbps, link_us=link_us, slo_tpot_ms=slo_tpot_ms,
         drift=() if drift is None else tuple(_csv_floats(drift, "--drift")), seed=seed,
+        system=system, system_options=parse_system(system, system_options),
     )
     with _progress("simulating") as bar:
         task = bar.add_task("simulating", total=requests)
@@ -260,3 +267,25 @@ def sweep(
                   f"{result.path}")
     for reason, count in result.reasons.items():
         console.print(f"  skipped {count}: {reason}")
+
+
+def reproduce(
+    scenarios: Annotated[Path, typer.Argument(metavar="FILE_OR_DIR", help="A scenario TOML "
+                                              "([[case]] tables) or a folder of them.")],
+    as_json: AsJson = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the JSON list "
+                                                "to this file too.")] = None,
+) -> None:
+    """Each paper's setup priced by its system, against what the paper published: predicted
+    and published speedup, relative error, source and assumptions per case."""
+    from specscope.systems.reproduce import reproduce as run
+    from specscope.tables import reproduce_table
+
+    rows = run(scenarios)
+    _emit([r.to_dict() for r in rows], as_json, output)
+    if as_json:
+        return
+    console.print(reproduce_table(rows))
+    for r in rows:
+        console.print(f"[bold]{r.case.name}[/bold] ({r.case.source or 'no source given'}): "
+                      + "; ".join(r.prediction.assumptions))

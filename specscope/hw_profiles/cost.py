@@ -77,13 +77,22 @@ class CostModel:
 
     `runtime` defaults to the profile's `default_runtime`; `group_size` is the 4-bit quantisation
     group (one 16-bit scale and zero per group); `tree_attention` is "split" or "dense".
+    `act_bits` 8 runs the projections on the integer tensor cores (W8A8, W4A8: the profile's
+    int8 peak; 8-bit weights then need no dequantisation, 4-bit ones still unpack at the int4
+    rate; the per-token activation quantisation is an elementwise pass, left out).
+    `quant_lm_head` False keeps the lm_head at 16 bits (GPTQ/Marlin checkpoints).
     """
 
     def __init__(self, hw: HardwareProfile, model: ModelSpec, weight_bits: int | None = None,
                  tp: int = 1, group_size: int = 128, runtime: str | None = None,
-                 tree_attention: str = "split") -> None:
+                 tree_attention: str = "split", act_bits: int = 16,
+                 quant_lm_head: bool = True) -> None:
         bits = model.weight_bits if weight_bits is None else weight_bits
         bytes_per_weight(bits, group_size)
+        if act_bits not in (16, 8):
+            raise InputError(f"activation bits {act_bits} must be 16 or 8")
+        if act_bits == 8 and hw.peak_flops.get("int8", 0.0) <= 0:
+            raise InputError(f"profile {hw.name} has no int8 peak for 8-bit activations")
         check_tp(model, tp)
         if tp > hw.max_tp:
             raise InputError(f"tp={tp} exceeds the {hw.max_tp} devices profile {hw.name} links")
@@ -94,12 +103,14 @@ class CostModel:
         self.runtime: RuntimeParams = hw.runtime(runtime)
         self.weight_bits, self.tp, self.group_size = bits, tp, group_size
         self.tree_attention = tree_attention
+        self.act_bits, self.quant_lm_head = act_bits, quant_lm_head
 
     def ops(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any) -> list[OpCost]:
         """The per-device operator table of one forward (see `specscope.models.ops`)."""
         return forward_ops(self.model, batch, new_tokens, context_len,
                            weight_bits=self.weight_bits, group_size=self.group_size, tp=self.tp,
-                           shard_lm_head=self.hw.shard_lm_head, **ssm)
+                           shard_lm_head=self.hw.shard_lm_head,
+                           quant_lm_head=self.quant_lm_head, **ssm)
 
     def op_time(self, op: OpCost, new_tokens: Num, context_len: Num
                 ) -> tuple[np.ndarray, np.ndarray]:
@@ -109,6 +120,8 @@ class CostModel:
         prefill = np.asarray(context_len) == 0
         flops = np.asarray(op.flops, dtype=float)
         if op.kind == "linear":
+            if self.act_bits == 8 and op.qweights:
+                peak = self.hw.peak_flops["int8"]
             tokens = np.asarray(op.tokens, dtype=float)
             weights = np.where(tokens <= 1, r.gemv_memory_eff, r.gemm_memory_eff)
             memory = op.weight_bytes / (bandwidth * weights) + op.act_bytes / (
@@ -150,7 +163,7 @@ class CostModel:
         hw, k, r, layers = self.hw, self.tp, self.runtime, self.model.n_layers
         overhead = np.asarray(r.step_s + layers * r.layer_s)
         dequant = np.asarray(0.0)
-        if self.weight_bits < 16:
+        if self.weight_bits < 16 and not (self.weight_bits == 8 and self.act_bits == 8):
             per_weight = hw.dequant_s_per_weight[self.weight_bits]
             for op in ops:
                 tiles = np.ceil(np.asarray(op.tokens) / hw.dequant_tile)

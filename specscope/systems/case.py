@@ -1,0 +1,215 @@
+"""A paper's scenario: one `[[case]]` table of an `examples/papers/*.toml` file, read and checked.
+
+Each case states the setup a paper published (hardware, target, draft, precision, batch, context,
+tree, the mean accepted length τ it measured) and the speedup it reported; `reproduce` prices the
+same setup with the system's mechanism and compares. Keys (DESIGN.md conventions apply: a tree is
+tokens per drafted level, `"4,16,16,16,16"`, root not counted):
+
+    name, system, hw, target        required
+    published_speedup               required unless published_tokens_per_s is given
+    tau                             mean tokens per step as published (the bonus counted when
+                                    tau_includes_bonus, default true)
+    draft, weight_bits, act_bits, batch, context, new_tokens, tree, runtime, images, tp,
+    baseline, baseline_tau, source, setup ("complete" or "partial")
+    any key of the system's own `OPTIONS` (window, exit_fraction, …)
+
+Every mistake is an `InputError` that names the file and the case: an unknown system, key, model
+or hardware profile, a value of the wrong type, τ below 1 where the bonus is counted.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specscope.errors import InputError
+
+SETUPS = ("complete", "partial")
+BASELINES = ("autoregressive", "head", "draft-model")
+"""What a case's speedup is over: autoregressive decoding of the same target (default), or
+that target speculated by an EAGLE-style head or a draft model at `baseline_tau`."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published scenario (module docstring); `options` holds the system's own keys."""
+
+    name: str
+    system: str
+    hw: str
+    target: str
+    where: str
+    tau: float = 1.0
+    tau_includes_bonus: bool = True
+    published_speedup: float | None = None
+    published_tokens_per_s: float | None = None
+    draft: str | None = None
+    weight_bits: int | None = None
+    act_bits: int = 16
+    batch: int = 1
+    context: int = 512
+    new_tokens: int = 256
+    tree: tuple[int, ...] = ()
+    runtime: str | None = None
+    images: int = 0
+    tp: int = 1
+    baseline: str = "autoregressive"
+    baseline_tau: float | None = None
+    source: str = ""
+    setup: str = "complete"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens a step yields, the bonus token counted."""
+        return self.tau if self.tau_includes_bonus else self.tau + 1.0
+
+    @property
+    def decode_context(self) -> float:
+        """Mean tokens before a decoding step: the prompt and half the new tokens."""
+        return self.context + self.new_tokens / 2
+
+    def fail(self, message: str) -> InputError:
+        """An `InputError` naming the file and this case."""
+        return InputError(f"{self.where}: case {self.name!r}: {message}")
+
+
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "name": str, "system": str, "hw": str, "target": str, "tau": (int, float),
+    "tau_includes_bonus": bool, "published_speedup": (int, float),
+    "published_tokens_per_s": (int, float), "draft": str, "weight_bits": int, "act_bits": int,
+    "batch": int, "context": int, "new_tokens": int, "tree": str, "runtime": str, "images": int,
+    "tp": int, "baseline": str, "baseline_tau": (int, float), "source": str, "setup": str,
+}
+"""The shared keys and their TOML types."""
+
+
+def parse_tree(text: str, where: str) -> tuple[int, ...]:
+    """Tokens per drafted level from `"4,16,16"`; "" is no tree (autoregressive)."""
+    try:
+        widths = tuple(int(w) for w in text.split(",") if w.strip())
+    except ValueError:
+        raise InputError(f"{where}: tree {text!r} must be comma-separated integers") from None
+    if any(w < 1 for w in widths):
+        raise InputError(f"{where}: tree {text!r} has a level without tokens")
+    return widths
+
+
+def case_from_table(table: Mapping[str, Any], where: str, options: Mapping[str, type]) -> Case:
+    """Check one `[[case]]` table against the shared keys and the system's `options` (name →
+    type); the system itself is resolved by the caller."""
+    name = table.get("name")
+    label = f"{where}: case {name!r}" if isinstance(name, str) else f"{where}: a case"
+    missing = [k for k in ("name", "system", "hw", "target") if k not in table]
+    if missing:
+        raise InputError(f"{label}: missing key {missing[0]!r}")
+    shared, own = {}, {}
+    for key, value in table.items():
+        expected = _TYPES.get(key) or options.get(key)
+        if expected is None:
+            known = sorted([*_TYPES, *options])
+            raise InputError(f"{label}: unknown key {key!r} for system {table['system']!r}; "
+                             f"known: {', '.join(known)}")
+        _check_type(key, value, expected, label)
+        (shared if key in _TYPES else own)[key] = value
+    if "published_speedup" not in shared and "published_tokens_per_s" not in shared:
+        raise InputError(f"{label}: give published_speedup or published_tokens_per_s")
+    if "tree" in shared:
+        shared["tree"] = parse_tree(shared["tree"], label)
+    for key in ("tau", "baseline_tau", "published_speedup", "published_tokens_per_s"):
+        if key in shared:
+            shared[key] = float(shared[key])
+    case = Case(where=where, options=own, **shared)
+    _check(case)
+    return case
+
+
+def parse_options(text: str, options: Mapping[str, type | tuple[type, ...]], system: str,
+                  option: str) -> dict[str, Any]:
+    """A system's own keys from `key=value,key=value` (`simulate --system-options`), each
+    parsed as a TOML value and checked against the system's `options`."""
+    out: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in options:
+            raise InputError(f"{option}: {item!r} is not KEY=VALUE with a key of system "
+                             f"{system} ({', '.join(options) or 'it has none'})")
+        try:
+            parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            parsed = value.strip()  # a bare word is a string
+        _check_type(key.strip(), parsed, options[key.strip()], option)
+        out[key.strip()] = parsed
+    return out
+
+
+def check_options(values: Mapping[str, Any], options: Mapping[str, type | tuple[type, ...]],
+                  system: str, label: str) -> dict[str, Any]:
+    """A system's own keys from a table (a sweep's `[system_options.NAME]`), checked."""
+    if not isinstance(values, Mapping):
+        raise InputError(f"{label}: a table of {system}'s keys, got {values!r}")
+    for key, value in values.items():
+        if key not in options:
+            raise InputError(f"{label}: unknown key {key!r} of system {system} (known: "
+                             f"{', '.join(options) or 'none'})")
+        _check_type(key, value, options[key], label)
+    return dict(values)
+
+
+def _check_type(key: str, value: Any, expected: type | tuple[type, ...], label: str) -> None:
+    if isinstance(value, bool) != (expected is bool) or not isinstance(value, expected):
+        raise InputError(f"{label}: {key} = {value!r} is not a {_type_name(expected)}")
+
+
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    names = {int: "number", float: "number", str: "string", bool: "boolean"}
+    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
+
+
+def _check(case: Case) -> None:
+    """Ranges every system shares."""
+    minimum = case.tau if case.tau_includes_bonus else case.tau + 1.0
+    if minimum < 1.0:
+        what = "τ (bonus counted)" if case.tau_includes_bonus else "τ + 1"
+        raise case.fail(f"{what} = {minimum:g} is below 1: a step yields at least one token")
+    for key in ("batch", "new_tokens", "tp"):
+        if getattr(case, key) < 1:
+            raise case.fail(f"{key} = {getattr(case, key)} must be at least 1")
+    for key in ("context", "images"):
+        if getattr(case, key) < 0:
+            raise case.fail(f"{key} = {getattr(case, key)} must not be negative")
+    if case.act_bits not in (16, 8):
+        raise case.fail(f"act_bits = {case.act_bits} must be 16 or 8")
+    if case.setup not in SETUPS:
+        raise case.fail(f"setup = {case.setup!r} must be one of {', '.join(SETUPS)}")
+    if case.baseline not in BASELINES:
+        raise case.fail(f"baseline = {case.baseline!r} must be one of {', '.join(BASELINES)}")
+    if case.baseline != "autoregressive" and case.baseline_tau is None:
+        raise case.fail(f"baseline {case.baseline!r} needs baseline_tau")
+    for key in ("published_speedup", "published_tokens_per_s"):
+        value = getattr(case, key)
+        if value is not None and value <= 0:
+            raise case.fail(f"{key} = {value:g} must be positive")
+
+
+def read_case_tables(path: Path) -> list[tuple[dict[str, Any], str]]:
+    """The `[[case]]` tables of one TOML file, each with the file's name for messages."""
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{where}: cannot read ({exc.__class__.__name__})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{where}: not valid TOML ({exc})") from None
+    unknown = sorted(set(data) - {"case"})
+    if unknown:
+        raise InputError(f"{where}: unknown top-level key {unknown[0]!r} (cases are [[case]])")
+    tables = data.get("case", [])
+    if not isinstance(tables, list) or not tables:
+        raise InputError(f"{where}: no [[case]] tables")
+    return [(dict(t), where) for t in tables]
+

@@ -1,0 +1,107 @@
+"""`specscope reproduce`: each paper's scenario priced by its system, against what it published.
+
+A case's prediction is its system's `Prediction`; its baseline is autoregressive decoding of the
+same target, or (`baseline`) that target speculated by a head or a draft model at the case's
+`baseline_tau` on the same tree. The relative error compares the predicted speedup with the
+published one (or, for a case that published tokens/s, the predicted tokens/s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specscope.errors import InputError
+from specscope.systems.case import Case, case_from_table, read_case_tables
+from specscope.systems.registry import SYSTEMS
+from specscope.systems.step import Prediction
+
+
+@dataclass(frozen=True)
+class Reproduced:
+    """One case, its prediction and the published figure it is compared with."""
+
+    case: Case
+    prediction: Prediction
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.prediction.speedup
+
+    @property
+    def compared(self) -> str:
+        """"speedup", or "tokens/s" for a case that published only a rate."""
+        return "speedup" if self.case.published_speedup is not None else "tokens/s"
+
+    @property
+    def rel_err(self) -> float:
+        """(predicted − published) / published, on what the paper published."""
+        if self.case.published_speedup is not None:
+            return self.predicted_speedup / self.case.published_speedup - 1.0
+        return self.prediction.tokens_per_s / self.case.published_tokens_per_s - 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `--json` record of this case."""
+        case, p = self.case, self.prediction
+        return {
+            "name": case.name, "system": case.system, "hw": case.hw, "target": case.target,
+            "draft": case.draft, "predicted_speedup": self.predicted_speedup,
+            "published_speedup": case.published_speedup,
+            "predicted_tokens_per_s": p.tokens_per_s,
+            "published_tokens_per_s": case.published_tokens_per_s,
+            "compared": self.compared, "rel_err": self.rel_err,
+            "tokens_per_step": p.tokens_per_step, "step_ms": p.step_s * 1e3,
+            "baseline": case.baseline, "baseline_ms_per_token": p.baseline_s * 1e3,
+            "parts_ms": {k: v * 1e3 for k, v in p.parts.items()},
+            "lossy": p.lossy, "setup": case.setup, "source": case.source,
+            "assumptions": list(p.assumptions),
+        }
+
+
+def read_cases(path: str | Path) -> list[Case]:
+    """Every case of a scenario TOML, or of every `*.toml` in a folder (sorted by name)."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.toml"))
+        if not files:
+            raise InputError(f"{path}: no scenario files (*.toml)")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise InputError(f"{path}: no such scenario file or folder")
+    cases, names = [], set()
+    for file in files:
+        for table, where in read_case_tables(file):
+            system = SYSTEMS.get(str(table.get("system")))
+            if system is None:
+                raise InputError(f"{where}: case {table.get('name')!r}: unknown system "
+                                 f"{table.get('system')!r}; known: {', '.join(SYSTEMS)}")
+            case = case_from_table(table, where, system.options)
+            if case.name in names:
+                raise case.fail("the name is used by another case")
+            names.add(case.name)
+            cases.append(case)
+    return cases
+
+
+def predict_case(case: Case) -> Prediction:
+    """The case's prediction against its baseline; any bad input names the case."""
+    try:
+        prediction = SYSTEMS[case.system].predict(case)
+        if case.baseline == "autoregressive":
+            return prediction
+        base = dataclasses.replace(case, system=case.baseline, tau=case.baseline_tau,
+                                   tau_includes_bonus=case.tau_includes_bonus, options={})
+        per_token = SYSTEMS[case.baseline].predict(base).seconds_per_token
+    except InputError as exc:
+        message = str(exc)
+        raise (exc if message.startswith(case.where) else case.fail(message)) from None
+    return dataclasses.replace(prediction, baseline_s=per_token, assumptions=(
+        *prediction.assumptions, f"baseline: {case.baseline} at τ = {case.baseline_tau:g}"))
+
+
+def reproduce(path: str | Path) -> list[Reproduced]:
+    """Every case under `path` (a TOML file or a folder of them), predicted."""
+    return [Reproduced(case, predict_case(case)) for case in read_cases(path)]

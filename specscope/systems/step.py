@@ -1,0 +1,96 @@
+"""What every system's price is made of: a case's cost models, a drafted tree's step, and the
+`Prediction` that `reproduce` compares with the paper.
+
+A published tree is given as tokens per drafted level (w₁, …, w_d); drafting it takes d draft
+forwards, level ℓ running the w_{ℓ−1} nodes it expands (w₀ = 1, the root) with the earlier levels
+in the draft's KV cache, as EAGLE-style and draft-model implementations do; one target forward
+verifies the n = 1 + Σ w tokens. Both come from `Pricing` (the profile's host terms included), at
+the case's mean decoding context: prompt + half the new tokens. Prefill is left out of every
+speedup (the papers time generation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specscope.hw_profiles import CostModel, load_profile
+from specscope.models import get_model
+from specscope.models.spec import ModelSpec
+from specscope.optimizers.scoring import Pricing
+from specscope.systems.case import Case
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A system's price for one case: seconds per step and per baseline token, tokens per step.
+
+    parts: seconds by phase of one step (draft, verify, …); assumptions: what the mechanism
+    approximated or assumed for this case, in words; lossy: acceptance beyond the target's own
+    distribution (the output may differ from the target's)."""
+
+    tokens_per_step: float
+    step_s: float
+    baseline_s: float
+    batch: int = 1
+    parts: dict[str, float] = field(default_factory=dict)
+    assumptions: tuple[str, ...] = ()
+    lossy: bool = False
+
+    @property
+    def speedup(self) -> float:
+        """Tokens/s over the baseline's tokens/s."""
+        return self.tokens_per_step / self.step_s * self.baseline_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second over the batch."""
+        return self.batch * self.tokens_per_step / self.step_s
+
+    @property
+    def seconds_per_token(self) -> float:
+        """Seconds of one step per token it yields (a baseline for another system)."""
+        return self.step_s / self.tokens_per_step
+
+
+def cost_model(case: Case, spec: ModelSpec | str, *, weight_bits: int | None = None,
+               act_bits: int = 16, tp: int = 1, quant_lm_head: bool = True) -> CostModel:
+    """A cost model on the case's hardware and runtime (split tree attention)."""
+    model = get_model(spec) if isinstance(spec, str) else spec
+    return CostModel(load_profile(case.hw), model, weight_bits=weight_bits, tp=tp,
+                     runtime=case.runtime, act_bits=act_bits, quant_lm_head=quant_lm_head)
+
+
+def target_model(case: Case) -> CostModel:
+    """The case's target at its weight and activation bits and tp; a quantised target keeps its
+    lm_head at 16 bits, as GPTQ, AWQ and Marlin checkpoints do."""
+    return cost_model(case, case.target, weight_bits=case.weight_bits, act_bits=case.act_bits,
+                      tp=case.tp, quant_lm_head=False)
+
+
+def pricing(case: Case, target: CostModel, draft: CostModel | None,
+            context: float | None = None) -> Pricing:
+    """`Pricing` of the case's batch at its mean decoding context (or `context`)."""
+    at = case.decode_context if context is None else context
+    return Pricing(target=target, drafter=draft, context_len=round(at), batch=case.batch)
+
+
+def tree_step(price: Pricing, widths: Sequence[int], source: str) -> dict[str, float]:
+    """Seconds of one step drafting the levels `widths` with `source` and verifying them:
+    draft (every level), verify (one target forward of 1 + Σ widths tokens and its host work)
+    and bookkeeping."""
+    expanded = [1, *widths[:-1]]
+    draft = sum(price.level_s(source, w, w) for w in expanded) if widths else 0.0
+    n = 1 + sum(widths)
+    return {"draft": draft, "verify": price.verify_s(n, len(widths)),
+            "bookkeeping": price.bookkeeping_s if widths else 0.0}
+
+
+def speculative(case: Case, price: Pricing, source: str, tokens_per_step: float | None = None,
+                assumptions: Sequence[str] = (), lossy: bool = False) -> Prediction:
+    """The `Prediction` of drafting the case's tree with `source` under `price`, against
+    autoregressive decoding of the same target."""
+    parts = tree_step(price, case.tree, source)
+    return Prediction(tokens_per_step=tokens_per_step or case.tokens_per_step,
+                      step_s=sum(parts.values()), baseline_s=price.autoregressive_s,
+                      batch=case.batch, parts=parts, assumptions=tuple(assumptions), lossy=lossy)

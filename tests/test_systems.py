@@ -1,0 +1,236 @@
+"""Seed systems: scenario files read and checked, `specscope reproduce` on the command line, the
+draft-model, head and hierspec mechanisms' limits, quantised verification, and every system
+served by `simulate` and `sweep`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from specscope.cli import main
+from specscope.errors import InputError
+from specscope.hw_profiles import CostModel, load_profile
+from specscope.models import get_model
+from specscope.simulator.run import SimulateRequest, run_simulation
+from specscope.systems.case import Case
+from specscope.systems.registry import SYSTEMS
+from specscope.systems.reproduce import read_cases
+
+PAPERS = Path(__file__).resolve().parents[1] / "examples" / "papers"
+TARGET = "llama-3.1-8b"
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+def _case(**fields: object) -> Case:
+    base = {"name": "c", "system": "head", "hw": "a100", "target": TARGET, "where": "t.toml",
+            "tree": (4, 4, 4), "tau": 3.0, "runtime": "graph", "published_speedup": 2.0}
+    return Case(**(base | fields))
+
+
+# ---- scenario files -------------------------------------------------------------------------
+
+CASE = '''[[case]]
+name = "one"
+system = "head"
+hw = "a100"
+target = "llama-3.1-8b"
+tree = "4,4,4"
+tau = 3.0
+published_speedup = 2.0
+'''
+
+
+@pytest.mark.parametrize("edit, message", [
+    (('system = "head"', 'system = "warp"'), "unknown system 'warp'"),
+    (('tau = 3.0', 'tau = 3.0\nwarp = 1'), "unknown key 'warp'"),
+    (('target = "llama-3.1-8b"', 'target = "llama-9b"'), "unknown model 'llama-9b'"),
+    (('hw = "a100"', 'hw = "abacus"'), "abacus"),
+    (('tau = 3.0', 'tau = 0.5'), "below 1"),
+    (('tau = 3.0', 'tau = "three"'), "tau = 'three' is not a number"),
+    (('tree = "4,4,4"', 'tree = "4,x"'), "comma-separated integers"),
+    (('published_speedup = 2.0', ''), "published_speedup or published_tokens_per_s"),
+    (('system = "head"', 'system = "hierspec"'), "inner_tau"),
+])
+def test_bad_scenarios_exit_2_with_one_line_naming_the_case(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, edit: tuple[str, str],
+        message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(CASE.replace(*edit))
+    code, out, err = _cli(capsys, "reproduce", str(path), "--json")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err
+    assert "case 'one'" in err or "'warp'" in err
+
+
+def test_tau_below_one_is_fine_when_the_bonus_is_not_counted(tmp_path: Path) -> None:
+    path = tmp_path / "ok.toml"
+    path.write_text(CASE.replace("tau = 3.0", "tau = 0.5\ntau_includes_bonus = false"))
+    (case,) = read_cases(path)
+    assert case.tokens_per_step == 1.5
+
+
+def test_malformed_and_missing_scenario_files_exit_2(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path) -> None:
+    (tmp_path / "broken.toml").write_text("[[case]\nname = ")
+    for path in (tmp_path / "broken.toml", tmp_path / "absent.toml", tmp_path / "empty"):
+        code, out, err = _cli(capsys, "reproduce", str(path))
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    (tmp_path / "dupe.toml").write_text(CASE + CASE)
+    code, _, err = _cli(capsys, "reproduce", str(tmp_path / "dupe.toml"))
+    assert code == 2 and "used by another case" in err
+
+
+# ---- reproduce ------------------------------------------------------------------------------
+
+
+def test_reproduce_the_shipped_papers_quickly_with_every_json_key(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    start = time.perf_counter()
+    code, out, err = _cli(capsys, "reproduce", str(PAPERS), "--json")
+    elapsed = time.perf_counter() - start
+    assert code == 0, err
+    rows = json.loads(out)
+    assert elapsed < 10.0  # the issue's bound on 2 cores (in-process: no interpreter start)
+    systems = {r["system"] for r in rows}
+    assert systems <= set(SYSTEMS) and {"head", "hierspec"} <= systems
+    for r in rows:
+        assert {"name", "predicted_speedup", "published_speedup", "rel_err", "source",
+                "assumptions", "lossy"} <= set(r)
+        assert r["predicted_speedup"] > 0 and r["assumptions"]
+    code, table, _ = _cli(capsys, "reproduce", str(PAPERS))
+    assert code == 0 and "predicted against published" in table
+
+
+def test_a_baseline_other_than_autoregressive_divides_by_its_seconds_per_token() -> None:
+    from specscope.systems.reproduce import predict_case
+    against = _case(weight_bits=4, baseline="head", baseline_tau=2.0)
+    assert predict_case(against).speedup == pytest.approx(3.0 / 2.0)  # same tree, τ 3 vs 2
+
+
+# ---- mechanisms -----------------------------------------------------------------------------
+
+
+def test_a_head_is_one_target_layer_with_the_full_vocabulary() -> None:
+    from specscope.systems.head import head_model, head_spec
+    spec = get_model(TARGET)
+    head = head_spec(spec)
+    assert (head.n_layers, head.vocab_size, head.d_model) == (1, spec.vocab_size, spec.d_model)
+    cost = head_model(_case(), spec)
+    plain = CostModel(load_profile("a100"), head, runtime="graph")
+    fc = 2 * spec.d_model * spec.d_model * 2  # bytes of the 2d → d projection at 16 bits
+    assert cost.forward_time(1, 1, 512) > plain.forward_time(1, 1, 512)
+    assert sum(op.weight_bytes for op in cost.ops(1, 1, 512)) == pytest.approx(
+        sum(op.weight_bytes for op in plain.ops(1, 1, 512)) + fc)
+
+
+def test_a_draft_model_case_prices_its_tree_level_by_level() -> None:
+    case = _case(system="draft-model", draft="llama-3.2-1b", tree=(1, 1, 1))
+    p = SYSTEMS["draft-model"].predict(case)
+    target = CostModel(load_profile("a100"), get_model(TARGET), runtime="graph")
+    draft = CostModel(load_profile("a100"), get_model("llama-3.2-1b"), runtime="graph")
+    context = round(case.decode_context)
+    assert p.parts["draft"] == pytest.approx(3 * draft.forward_time(1, 1, context))
+    assert p.parts["verify"] == pytest.approx(target.verify_time(4, context))
+    assert p.baseline_s == pytest.approx(target.forward_time(1, 1, context))
+
+
+def test_a_hierarchy_whose_intermediate_is_the_target_is_plain_tree_speculation() -> None:
+    head = _case(weight_bits=4, tau=3.5)
+    hier = dataclasses.replace(head, system="hierspec", tau=2.0,
+                               options={"inner_tau": 3.5, "chain": 6})
+    assert SYSTEMS["hierspec"].predict(hier).speedup == pytest.approx(
+        SYSTEMS["head"].predict(head).speedup, rel=1e-12)
+    deeper = dataclasses.replace(hier, draft="llama-3.2-1b")
+    p = SYSTEMS["hierspec"].predict(deeper)
+    assert set(p.parts) == {"draft", "intermediate", "verify", "bookkeeping"}
+    assert p.tokens_per_step == 2.0
+
+
+def test_tree_verification_costs_a_4_bit_target_more_than_a_16_bit_one_relatively() -> None:
+    """SpecMQuant's finding as the cost model prices it: verifying 64 tokens multiplies a W4A16
+    target's step more than an fp16 target's (dequantisation per tile, earlier compute bound)."""
+    hw, spec = load_profile("a100"), get_model("llama-3.1-70b")
+    ratios = {}
+    for bits in (16, 4):
+        cm = CostModel(hw, spec, weight_bits=bits, runtime="graph", quant_lm_head=False)
+        ratios[bits] = cm.verify_time(64, 512) / cm.forward_time(1, 1, 512)
+    assert ratios[4] > 1.5 * ratios[16]
+
+
+def test_8_bit_activations_use_the_integer_peak_and_skip_w8_dequantisation() -> None:
+    hw, spec = load_profile("a100"), get_model(TARGET)
+    a16 = CostModel(hw, spec, weight_bits=8, runtime="graph")
+    a8 = CostModel(hw, spec, weight_bits=8, act_bits=8, runtime="graph")
+    assert float(a8.extras(a8.ops(1, 64, 512))["dequant"]) == 0.0
+    assert float(a16.extras(a16.ops(1, 64, 512))["dequant"]) > 0.0
+    assert a8.forward_time(1, 256, 512) < a16.forward_time(1, 256, 512)
+    with pytest.raises(InputError, match="activation bits"):
+        CostModel(hw, spec, act_bits=4)
+
+
+# ---- simulate and sweep serve every system ------------------------------------------------
+
+
+def _options(system: str) -> dict:
+    """Options that make `system` deployable without a published case."""
+    return {"hierspec": {"inner_tau": 3.0, "chain": 4}}.get(system, {})
+
+
+@pytest.mark.parametrize("system", sorted(SYSTEMS))
+def test_simulate_serves_every_system(system: str) -> None:
+    req = SimulateRequest(hw="a100", target=TARGET, drafter="llama-3.2-1b", policy="dyspec",
+                          acceptance=(0.6, 0.2), rate=5.0, requests=8,
+                          output_len="32", prompt_len="64", seed=0, system=system,
+                          system_options=_options(system), budget=4)
+    try:
+        summary = run_simulation(req).summary
+    except InputError as exc:  # a system that needs a case option the generic call lacks
+        pytest.fail(f"{system}: {exc}")
+    assert summary["system"] == system and summary["throughput_tok_s"] > 0
+
+
+def test_simulate_rejects_an_unknown_system_and_bad_options(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "--hw", "a100", "--target", TARGET, "--drafter", "llama-3.2-1b",
+            "--acceptance", "0.6", "--rate", "1", "--requests", "2", "--seed", "0"]
+    for extra, message in ((["--system", "warp"], "unknown system"),
+                           (["--system", "hierspec", "--system-options", "depth=3"],
+                            "is not KEY=VALUE with a key of system hierspec"),
+                           (["--system-options", "chain=3"], "needs --system")):
+        code, out, err = _cli(capsys, *base, *extra)
+        assert code == 2 and out == "" and message in err
+
+
+def test_a_sweep_grid_takes_systems_as_an_axis(tmp_path: Path) -> None:
+    from specscope.sweeps.run import run_sweep
+    config = tmp_path / "sweep.toml"
+    config.write_text('''acceptance = [0.6, 0.2]
+[system_options.hierspec]
+inner_tau = 3.0
+chain = 4
+[[grid]]
+hardware = "a100"
+target = "llama-3.1-8b"
+drafter = "llama-3.2-1b"
+method = "chain"
+budget = 4
+system = ["none", "head", "hierspec"]
+''')
+    table = run_sweep(config, output=tmp_path / "out.parquet").table
+    rows = {r["system"]: r for r in table.iter_rows(named=True)}
+    assert set(rows) == {"none", "head", "hierspec"}
+    assert all(r["status"] == "ok" for r in rows.values())
+    assert rows["head"]["step_time_ms"] != rows["none"]["step_time_ms"]
+    config.write_text(config.read_text().replace("chain = 4", "chain = 4\ndepth = 2"))
+    with pytest.raises(InputError, match="unknown key 'depth' of system hierspec"):
+        run_sweep(config, output=tmp_path / "bad.parquet")
