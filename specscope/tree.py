@@ -320,3 +320,10 @@ def acceptance_table(p: Acceptance, name: str = "acceptance") -> np.ndarray:
     if np.any(table.sum(axis=1) > 1 + 1e-9):
         raise InputError(f"{name}: entries sum over 1 (they are marginal probabilities)")
     return table
+
+
+def scaled_acceptance(p: np.ndarray, scale: float) -> np.ndarray:
+    """Positional acceptance (last axis: ranks) times `scale`, renormalised where a row's sum
+    would pass 1 (a drift schedule's or a system's change of acceptance)."""
+    scaled = np.asarray(p, dtype=np.float64) * scale
+    return scaled / np.maximum(1.0, scaled.sum(axis=-1, keepdims=True))

@@ -43,7 +43,7 @@ from specscope.simulator.policies.base import Speculation
 from specscope.trace import AcceptanceModel, Trace
 from specscope.trace.replay import dense_trace
 from specscope.trace.schema import trace_sources
-from specscope.tree import Tree
+from specscope.tree import Tree, scaled_acceptance
 
 DRIFT_PERIOD = 1000
 """Requests per entry of a drift schedule."""
@@ -188,8 +188,7 @@ class Acceptance:
         row = self._cumulative.get(key)
         if row is None:
             table = self.model.table
-            p = table[min(depth, table.shape[0] - 1)] * multiplier
-            p = p / max(1.0, float(p.sum()))
+            p = scaled_acceptance(table[min(depth, table.shape[0] - 1)], multiplier)
             row = self._cumulative[key] = np.cumsum(p).tolist()
         return row
 

@@ -31,6 +31,9 @@ from specscope.simulator.pricing import BatchPricer, Link
 from specscope.simulator.scheduler import Limits, Router
 from specscope.simulator.server import Replica, serve
 from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
+from specscope.systems.base import SystemCosts
+from specscope.systems.case import Case
+from specscope.systems.registry import SYSTEMS
 from specscope.trace import AcceptanceModel, Trace, default_source, resolve_source
 from specscope.trace.schema import DRAFT_PREFIX, MODEL_FREE_SOURCES
 from specscope.tree import DEFAULT_SOURCE, Tree
@@ -81,6 +84,9 @@ class SimulateRequest:
     drift: tuple[float, ...] = ()
     seed: int = 0
     options: Mapping[str, float] = field(default_factory=dict)
+    system: str | None = None
+    """A seed system (`specscope.systems`) whose cost models serve in place of the plain ones."""
+    system_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,12 +114,19 @@ def run_simulation(req: SimulateRequest,
     _check(req)
     profile = load_profile(req.hw)
     spec = get_model(req.target) if isinstance(req.target, str) else req.target
-    target = CostModel(profile, spec, weight_bits=req.weight_bits, tp=req.tp,
-                       runtime=req.runtime)
-    drafter = _drafter(req, profile)
+    deployed = _deploy(req, spec)
+    if deployed is None:
+        target = CostModel(profile, spec, weight_bits=req.weight_bits, tp=req.tp,
+                           runtime=req.runtime)
+        drafter = _drafter(req, profile)
+        drift = req.drift
+    else:
+        target, drafter = deployed.target, _Drafter(deployed.source, deployed.drafter)
+        scale = deployed.acceptance_scale
+        drift = tuple(m * scale for m in req.drift or (1.0,)) if scale != 1.0 else req.drift
     model = _acceptance_model(req, drafter.source)
     tree = _tree(req, spec.name, drafter.source)
-    acceptance = Acceptance(model, req.trace, req.seed, req.drift)
+    acceptance = Acceptance(model, req.trace, req.seed, drift)
     if tree is not None and req.trace is not None:
         acceptance.check(tree)
     link = Link(req.link_gbps, req.link_us) if req.draft_placement == "separate" else None
@@ -124,7 +137,8 @@ def run_simulation(req: SimulateRequest,
     max_tree = 1 if req.policy == "none" else max(req.budget, tree.size if tree else 1)
     limits = Limits(req.max_batch, req.token_budget, req.chunked_prefill, max_tree)
     limits.check()
-    groups = build_groups(_workload(req), req.seed, acceptance.trace_request,
+    workload = _workload(req, deployed.prompt_tokens if deployed else 0)
+    groups = build_groups(workload, req.seed, acceptance.trace_request,
                           acceptance.trace_lengths, acceptance.multiplier)
     _check_fits(groups, limits, KVSpace(capacity, KVCost.of(*colocated)))
 
@@ -151,7 +165,9 @@ def run_simulation(req: SimulateRequest,
         "hardware": profile.name, "target": spec.name, "runtime": target.runtime.name,
         "tp": req.tp, "weight_bits": target.weight_bits,
         "drafter": drafter.cost.model.name if drafter.cost else req.drafter,
-        "source": drafter.source, "policy": req.policy, "draft_placement": req.draft_placement,
+        "source": drafter.source, "system": req.system or "none",
+        "lossy": bool(deployed and deployed.lossy),
+        "policy": req.policy, "draft_placement": req.draft_placement,
         "workload": req.workload, "rate": req.rate, "arrivals": req.requests,
         "replicas": req.replicas, "max_batch": req.max_batch, "seed": req.seed,
         **summarise(requests, series, req.slo_tpot_ms),
@@ -213,6 +229,22 @@ def _drafter(req: SimulateRequest, profile: HardwareProfile) -> _Drafter:
     return _Drafter(source, cost)
 
 
+def _deploy(req: SimulateRequest, spec: ModelSpec) -> SystemCosts | None:
+    """The cost models of `req.system` (None: the plain target and drafter)."""
+    if req.system is None:
+        if req.system_options:
+            raise InputError("--system-options needs --system")
+        return None
+    if req.system not in SYSTEMS:
+        raise InputError(f"--system: unknown system {req.system!r}; known: "
+                         f"{', '.join(SYSTEMS)}")
+    draft = None if req.drafter in (None, *MODEL_FREE_SOURCES) else req.drafter
+    case = Case(name=req.system, system=req.system, hw=req.hw, target=spec.name,
+                where="--system", draft=draft, weight_bits=req.weight_bits, tp=req.tp,
+                runtime=req.runtime, options=dict(req.system_options))
+    return SYSTEMS[req.system].costs(case)
+
+
 def _acceptance_model(req: SimulateRequest, source: str) -> AcceptanceModel:
     """The drafter's fitted (trace) or given acceptance vector."""
     if req.trace is not None:
@@ -255,14 +287,15 @@ def _tree(req: SimulateRequest, target: str, source: str) -> Tree | None:
     return tree
 
 
-def _workload(req: SimulateRequest) -> WorkloadSpec:
+def _workload(req: SimulateRequest, prompt_extra: int = 0) -> WorkloadSpec:
+    """The workload's spec; every prompt gains `prompt_extra` tokens (a VLM's images)."""
     default = "trace" if req.trace is not None else None
     spec = WorkloadSpec(
         requests=req.requests, rate=req.rate,
         prompt=LengthDist.parse(req.prompt_len or default or DEFAULT_PROMPT, "--prompt-len"),
         output=LengthDist.parse(req.output_len or default or DEFAULT_OUTPUT, "--output-len"),
         arrivals=req.arrivals, cv=req.cv, arrival_file=req.arrival_file, kind=req.workload,
-        branches=req.fork_branches, levels=req.fork_levels)
+        branches=req.fork_branches, levels=req.fork_levels, prompt_extra=prompt_extra)
     spec.check()
     return spec
 

@@ -79,7 +79,8 @@ class LengthDist:
 class WorkloadSpec:
     """What arrives: `requests` groups at `rate` per second (`arrivals` poisson or gamma with
     `cv`, or the times in `arrival_file`), prompt and output lengths, and the kind (`chat`, or
-    `forking` with `branches` × `levels`)."""
+    `forking` with `branches` × `levels`); every prompt gains `prompt_extra` tokens (a
+    vision-language target's image tokens)."""
 
     requests: int
     rate: float
@@ -91,6 +92,7 @@ class WorkloadSpec:
     kind: str = "chat"
     branches: int = 4
     levels: int = 1
+    prompt_extra: int = 0
 
     def check(self) -> None:
         """Raise `InputError` naming the first bad option."""
@@ -175,7 +177,8 @@ def build_groups(spec: WorkloadSpec, seed: int, trace_row: Callable[[int], int |
     branches, levels = (1, 1) if spec.kind == "chat" else (spec.branches, spec.levels)
     groups, seq = [], 0
     for g in range(spec.requests):
-        group = Group(g, float(arrivals[g]), int(prompts[g]), sequences=per)
+        group = Group(g, float(arrivals[g]), int(prompts[g]) + spec.prompt_extra,
+                      sequences=per)
         frontier: list[Request | None] = [None]
         for level in range(1, levels + 1):
             nxt = []

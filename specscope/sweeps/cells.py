@@ -19,6 +19,7 @@ from typing import Any
 from specscope.hw_profiles import load_profile
 from specscope.models import get_model
 from specscope.sweeps.config import (
+    NO_SYSTEM,
     AcceptanceInput,
     Grid,
     SweepConfig,
@@ -31,8 +32,8 @@ KEY_VERSION = 1
 """Part of every key: bump it when a cell's evaluation changes meaning, so nothing stale is
 reused."""
 NO_DRAFTER = "none"
-ORDER = ("hardware", "runtime", "target", "tp", "weight_bits", "drafter", "batch", "rate",
-         "method", "budget")
+ORDER = ("hardware", "runtime", "target", "tp", "weight_bits", "system", "drafter", "batch",
+         "rate", "method", "budget")
 """Enumeration order, outermost first: cells that share a pricing (hardware … batch) are
 neighbours, so a batch of cells reuses one pricing and one set of trees."""
 
@@ -59,6 +60,8 @@ class Cell:
     simulation: tuple[tuple[str, Any], ...]
     profile: str
     """sha256 of the hardware profile's file."""
+    system: str = NO_SYSTEM
+    system_options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def source(self) -> str:
@@ -72,6 +75,10 @@ class Cell:
             "acceptance": self.acceptance.digest, "simulation": dict(self.simulation),
             "profile": self.profile, "version": KEY_VERSION,
         }
+        if self.system != NO_SYSTEM:
+            params["system_options"] = dict(self.system_options)
+        else:  # the keys of cells without a system are those before systems existed
+            del params["system"]
         return digest(params)[:16]
 
     def columns(self) -> dict[str, Any]:
@@ -82,6 +89,7 @@ class Cell:
             "budget": self.budget, "batch": self.batch, "rate": self.rate, "tp": self.tp,
             "weight_bits": self.weight_bits, "context": self.context,
             "max_depth": self.max_depth, "acceptance": self.acceptance.label, "seed": self.seed,
+            "system": self.system,
         }
 
 
@@ -123,5 +131,6 @@ def _grid_cells(grid: Grid, config: SweepConfig) -> Iterator[Cell]:
             weight_bits=p["weight_bits"] or get_model(p["target"]).weight_bits,
             context=context, max_depth=grid.max_depth, acceptance=acceptance, seed=seed,
             simulation=settings if grid.mode == "simulate" else (),
-            profile=profile,
+            profile=profile, system=p["system"] or NO_SYSTEM,
+            system_options=tuple(sorted(grid.system_options.get(p["system"], {}).items())),
         )

@@ -27,6 +27,11 @@ batch × arrival rate (and tensor parallelism and weight bits), read and checked
     rate = [1.0, 10.0]              # simulate only: arrivals per second
     tp = [1, 2]                     # default 1
     weight_bits = [16, 4]           # default: the model's own
+    system = ["none", "head"]       # seed systems (specscope.systems) serving their cost
+                                    # models; default none: the plain target and drafter
+
+    [system_options.longspec]       # a system's own keys (one table per system)
+    window = 512
 
 Every mistake is an `InputError` naming the file, the grid and the key, raised before any cell
 runs. Combinations that cannot run (a runtime the profile does not price, a model that does not
@@ -51,15 +56,18 @@ from specscope.optimizers.compare import METHOD_NAMES, TREE_METHODS
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.scheduler import ROUTERS
 from specscope.simulator.workload import ARRIVALS, WORKLOADS, LengthDist
+from specscope.systems.case import check_options
+from specscope.systems.registry import SYSTEMS
 from specscope.trace import Trace, read_trace, resolve_source
 from specscope.trace.schema import DRAFT_PREFIX, MODEL_FREE_SOURCES
 from specscope.tree import acceptance_table
 
 MODES = ("analytic", "simulate")
 AXES = ("hardware", "runtime", "target", "drafter", "method", "budget", "batch", "rate", "tp",
-        "weight_bits")
+        "weight_bits", "system")
 REQUIRED = ("hardware", "target", "drafter", "method", "budget")
-SETTINGS = ("mode", "seed", "context", "max_depth", "acceptance", "trace", "simulation")
+SETTINGS = ("mode", "seed", "context", "max_depth", "acceptance", "trace", "simulation",
+            "system_options")
 SIMULATION: dict[str, type] = {
     "requests": int, "token_budget": int, "prompt_len": str, "output_len": str,
     "workload": str, "arrivals": str, "cv": float, "replicas": int, "router": str,
@@ -72,6 +80,8 @@ tree methods, whose tree the static policy serves."""
 DEFAULT_CONTEXT = 512
 DEFAULT_MAX_DEPTH = 12
 WEIGHT_BITS = (16, 8, 4)
+NO_SYSTEM = "none"
+"""The system axis' default: plain target and drafter cost models."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +114,7 @@ class Grid:
     trace: str | None
     trace_digest: str  # sha256 of the trace file's bytes ("" without a trace)
     simulation: dict[str, Any]
+    system_options: dict[str, dict[str, Any]]  # system → its own keys
 
     def acceptance(self, drafter: str) -> AcceptanceInput:
         """The acceptance input of `drafter`'s cells."""
@@ -217,6 +228,7 @@ def _grid(name: str, table: dict[str, Any], folder: Path, where: str,
         vectors=vectors, trace=trace,
         trace_digest="" if trace is None else _file_digest(trace),
         simulation=_simulation(table.get("simulation", {}), trace, where),
+        system_options=_system_options(table.get("system_options", {}), where),
     )
 
 
@@ -239,7 +251,7 @@ def _check_names(axes: dict[str, tuple[Any, ...]], methods: tuple[str, ...], fol
         except InputError as exc:
             raise InputError(f"{where}hardware: {exc}") from None
     choices = {"runtime": (None, *RUNTIMES), "method": methods,
-               "weight_bits": (None, *WEIGHT_BITS)}
+               "weight_bits": (None, *WEIGHT_BITS), "system": (None, NO_SYSTEM, *SYSTEMS)}
     for key, allowed in choices.items():
         for value in axes[key]:
             if value not in allowed or isinstance(value, bool):
@@ -323,6 +335,20 @@ def _vectors(value: Any, drafters: tuple[Any, ...], trace: str | None, where: st
         raise InputError(f"{where}acceptance: no vector for drafter {missing[0]!r} (give "
                          f"acceptance.{missing[0]} or acceptance.default)")
     return vectors
+
+
+def _system_options(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    """`[system_options.NAME]` tables, each checked against the system's own keys."""
+    if not isinstance(value, dict):
+        raise InputError(f"{where}system_options: a table of tables, got {value!r}")
+    out = {}
+    for name, table in value.items():
+        if name not in SYSTEMS:
+            raise InputError(f"{where}system_options: unknown system {name!r}; known: "
+                             f"{', '.join(SYSTEMS)}")
+        out[name] = check_options(table, SYSTEMS[name].options, name,
+                                  f"{where}system_options.{name}")
+    return out
 
 
 def _simulation(value: Any, trace: str | None, where: str) -> dict[str, Any]:

@@ -46,16 +46,20 @@ from specscope.simulator.entities import kv_capacity
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.sweeps.cells import NO_DRAFTER, Cell
+from specscope.sweeps.config import NO_SYSTEM
+from specscope.systems.base import SystemCosts
+from specscope.systems.case import Case
+from specscope.systems.registry import SYSTEMS
 from specscope.trace import AcceptanceModel, Trace, replay
 from specscope.trace.schema import MODEL_FREE_SOURCES
-from specscope.tree import Tree, acceptance_table
+from specscope.tree import Tree, acceptance_table, scaled_acceptance
 
 PARAMS: dict[str, pl.DataType] = {
     "key": pl.String(), "mode": pl.String(), "hardware": pl.String(), "runtime": pl.String(),
     "target": pl.String(), "drafter": pl.String(), "method": pl.String(),
     "budget": pl.Int64(), "batch": pl.Int64(), "rate": pl.Float64(), "tp": pl.Int64(),
     "weight_bits": pl.Int64(), "context": pl.Int64(), "max_depth": pl.Int64(),
-    "acceptance": pl.String(), "seed": pl.Int64(),
+    "acceptance": pl.String(), "seed": pl.Int64(), "system": pl.String(),
 }
 ANALYTIC = ("speedup", "tokens_per_s", "step_time_ms", "autoregressive_ms", "expected_tokens",
             "replay_tokens", "tree_size", "tree_depth")
@@ -72,7 +76,7 @@ tokens/s, tokens per step; `tree` as `Tree.to_json`), simulated results (units i
 the run that computed the row."""
 
 _VECTORS: dict[tuple[str, str, int], np.ndarray] = {}
-_TREES: dict[tuple[str, str, str, int, int], tuple[Tree, float, float | None]] = {}
+_TREES: dict[tuple[Any, ...], tuple[Tree, float, float | None]] = {}
 
 
 def evaluate_batch(cells: Sequence[Cell], traces: Mapping[str, Trace], run_id: str,
@@ -130,7 +134,9 @@ def _simulated(cell: Cell, trace: Trace | None) -> dict[str, Any]:
         policy="static" if tree else cell.method, tree=tree, budget=cell.budget,
         max_depth=cell.max_depth, acceptance=cell.acceptance.vector, runtime=cell.runtime,
         tp=cell.tp, weight_bits=cell.weight_bits, rate=float(cell.rate or 0.0),
-        max_batch=cell.batch, seed=cell.seed, **dict(cell.simulation))
+        max_batch=cell.batch, seed=cell.seed, **dict(cell.simulation),
+        system=None if cell.system == NO_SYSTEM else cell.system,
+        system_options=dict(cell.system_options))
     summary = run_simulation(request).summary
     return {name: summary[name] for name in SIMULATED}
 
@@ -170,11 +176,28 @@ def _cost(hardware: str, model: str, runtime: str, tp: int = 1,
 
 @cache
 def _cached_pricing(hardware: str, runtime: str, target: str, drafter: str, tp: int,
-                    weight_bits: int, context: int, batch: int, temperature: float) -> Pricing:
+                    weight_bits: int, context: int, batch: int, temperature: float,
+                    system: str, system_options: tuple[tuple[str, Any], ...]) -> Pricing:
+    if system != NO_SYSTEM:
+        deployed = _deployed(hardware, runtime, target, drafter, tp, weight_bits, system,
+                             system_options)
+        return Pricing(target=deployed.target, drafter=deployed.drafter, context_len=context,
+                       batch=batch, temperature=temperature)
     return Pricing(
         target=_cost(hardware, target, runtime, tp, weight_bits),
         drafter=None if drafter in MODEL_FREE_SOURCES else _cost(hardware, drafter, runtime),
         context_len=context, batch=batch, temperature=temperature)
+
+
+@cache
+def _deployed(hardware: str, runtime: str, target: str, drafter: str, tp: int,
+              weight_bits: int, system: str, system_options: tuple[tuple[str, Any], ...]
+              ) -> SystemCosts:
+    """The cost models a seed system deploys for a cell (`System.costs`)."""
+    case = Case(name=system, system=system, hw=hardware, target=target, where=system,
+                draft=None if drafter in (NO_DRAFTER, *MODEL_FREE_SOURCES) else drafter,
+                weight_bits=weight_bits, tp=tp, runtime=runtime, options=dict(system_options))
+    return SYSTEMS[system].costs(case)
 
 
 def _pricing(cell: Cell, trace: Trace | None) -> Pricing:
@@ -183,11 +206,13 @@ def _pricing(cell: Cell, trace: Trace | None) -> Pricing:
     only to build its `Setup` (tree builders never read it): it is priced at context 0."""
     return _cached_pricing(cell.hardware, cell.runtime, cell.target, cell.drafter, cell.tp,
                            cell.weight_bits, cell.context or 0, cell.batch,
-                           0.0 if trace is None else trace.temperature)
+                           0.0 if trace is None else trace.temperature, cell.system,
+                           cell.system_options)
 
 
 def _vector(cell: Cell, trace: Trace | None) -> np.ndarray:
-    """The positional acceptance vector of the cell's drafter: the given one, or the trace's."""
+    """The positional acceptance vector of the cell's drafter: the given one, or the trace's;
+    times the acceptance scale of the cell's system."""
     key = (cell.acceptance.digest, cell.source, cell.max_depth)
     if key not in _VECTORS:
         if trace is None:
@@ -195,13 +220,18 @@ def _vector(cell: Cell, trace: Trace | None) -> np.ndarray:
         else:
             _VECTORS[key] = np.asarray(AcceptanceModel.from_trace(
                 trace, cell.source, max_depth=cell.max_depth).p)
-    return _VECTORS[key]
+    if cell.system == NO_SYSTEM:
+        return _VECTORS[key]
+    deployed = _deployed(cell.hardware, cell.runtime, cell.target, cell.drafter, cell.tp,
+                         cell.weight_bits, cell.system, cell.system_options)
+    return scaled_acceptance(_VECTORS[key], deployed.acceptance_scale)
 
 
 def _tree(cell: Cell, setup: Setup) -> tuple[Tree, float, float | None]:
     """The method's tree at the cell's budget, its expected tokens per step, and its replayed
     tokens per step over the trace (None without one)."""
-    key = (cell.acceptance.digest, cell.source, cell.method, cell.budget, cell.max_depth)
+    key = (cell.acceptance.digest, cell.source, cell.method, cell.budget, cell.max_depth,
+           cell.system, cell.system_options)  # a system may scale the acceptance
     if key not in _TREES:
         tree = TREE_METHODS[cell.method](setup, cell.budget, cell.max_depth)
         replayed = None if setup.trace is None else replay(setup.trace, tree).tokens_per_step
