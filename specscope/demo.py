@@ -9,6 +9,8 @@
    SmartSpec at rising arrival rates;
 4. validate predictions against real runs on this CPU (held-out prompts);
 5. decode with this machine's predicted best tree, checked lossless against autoregressive;
+   then price every seed system's published setup against its paper (`reproduce` of the
+   checkout's examples/papers, copied into the folder for the dashboard);
 6. write the dashboard of everything above.
 
 `--quick` shrinks stages 3 and 4 (fewer rates and requests; three validated configurations on
@@ -39,6 +41,8 @@ SIM_HW, SIM_TARGET, SIM_DRAFT = "h100", "llama-3.1-8b", "llama-68m"
 SIM_POLICIES = ("none", "static", "smartspec")
 SIM_RATES = {False: (1.0, 4.0, 16.0, 64.0), True: (2.0, 32.0)}
 SIM_REQUESTS = {False: 300, True: 120}
+PAPERS = Path(__file__).resolve().parents[1] / "examples" / "papers"
+"""The published scenarios of the seed systems, in a source checkout."""
 
 
 def run_demo(seed: int, console: Console, out: Path = DEMO_DIR, quick: bool = False) -> Path:
@@ -51,6 +55,7 @@ def run_demo(seed: int, console: Console, out: Path = DEMO_DIR, quick: bool = Fa
     _validate(out, cpu_profile, seed, quick, console)
     if not quick:
         _decode(out, best_here, seed, console)
+    _papers(out, console)
     from specscope.dashboards import build_report
 
     report = out / "report.html"
@@ -58,6 +63,21 @@ def run_demo(seed: int, console: Console, out: Path = DEMO_DIR, quick: bool = Fa
         build_report(out, report)
     console.print(f"[bold]6. Dashboard[/] → {report} (open it in a browser; it needs no network)")
     return report
+
+
+def _papers(out: Path, console: Console) -> None:
+    """The seed systems against their papers, from the checkout's scenario files."""
+    from specscope.systems.reproduce import reproduce
+    from specscope.tables import reproduce_table
+
+    if not PAPERS.is_dir():
+        console.print(f"[bold]5. Papers[/]: no {PAPERS} (not a source checkout): skipped")
+        return
+    folder = out / "papers"
+    folder.mkdir(exist_ok=True)
+    for path in sorted(PAPERS.glob("*.toml")):
+        write_text_atomic(folder / path.name, path.read_text())
+    console.print(reproduce_table(reproduce(folder)))
 
 
 def _measure(out: Path, console: Console) -> Path:

@@ -98,7 +98,7 @@ def analytic_table(results: Results) -> tuple[pl.DataFrame, str, tuple[str, ...]
            f"{results.name(path)} (p₁ = {float(model.table[0, 0]):.2f}), {DRAFTER} priced as "
            f"the drafter, context {context} tokens, batch 1, Sequoia's exact optimum with n ≤ "
            f"{max(BUDGETS)}, depth ≤ {MAX_DEPTH}.")
-    return pl.DataFrame(rows), how, (results.name(path),)
+    return pl.DataFrame(rows, infer_schema_length=None), how, (results.name(path),)
 
 
 def _runtimes(hw: HardwareProfile) -> list[str]:

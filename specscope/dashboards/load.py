@@ -13,7 +13,8 @@ skipped) and recognised as:
   `throughput_tok_s` columns;
 - a trace: schema-v1 parquet (`specscope collect`, `trace synth`);
 - a benchmark with verification step times: `benchmarks/results/gpu_verify-*.json`;
-- a hardware profile: a TOML with `[compute]` and `[memory]` tables (`profile-hw`).
+- a hardware profile: a TOML with `[compute]` and `[memory]` tables (`profile-hw`);
+- a paper scenario: a TOML of `[[case]]` tables (`examples/papers/`, `specscope reproduce`).
 
 A file that cannot be parsed is an `InputError` naming it; a parseable file of none of these
 kinds is listed as ignored.
@@ -34,6 +35,8 @@ import pyarrow.parquet as pq
 from specscope.errors import InputError
 from specscope.hw_profiles import HardwareProfile, load_profile
 from specscope.hw_profiles.profile import DATA_DIR
+from specscope.systems.case import Case
+from specscope.systems.reproduce import read_cases
 from specscope.trace import Trace, read_trace
 from specscope.tree import Tree
 
@@ -82,6 +85,7 @@ class Results:
     traces: list[tuple[Path, Trace]] = field(default_factory=list)
     benchmarks: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     profiles: list[tuple[Path, HardwareProfile]] = field(default_factory=list)
+    scenarios: list[Case] = field(default_factory=list)
     ignored: list[tuple[Path, str]] = field(default_factory=list)
 
     def name(self, path: Path) -> str:
@@ -93,7 +97,7 @@ class Results:
         """How many files were recognised."""
         return sum(len(x) for x in (self.optimized, self.trees, self.simulations,
                                     self.validations, self.sweeps, self.traces, self.benchmarks,
-                                    self.profiles))
+                                    self.profiles)) + len({c.where for c in self.scenarios})
 
 
 def profiles(results: Results) -> list[tuple[str, HardwareProfile]]:
@@ -244,8 +248,10 @@ def _toml(path: Path, results: Results) -> None:
         raise InputError(f"{path}: not TOML ({exc})") from None
     if {"compute", "memory"} <= data.keys():
         results.profiles.append((path, load_profile(path)))
+    elif isinstance(data.get("case"), list):
+        results.scenarios.extend(read_cases(path))
     else:
-        results.ignored.append((path, "TOML that is not a hardware profile"))
+        results.ignored.append((path, "TOML that is neither a hardware profile nor a scenario"))
 
 
 def _drop_duplicate_validations(results: Results) -> None:
