@@ -18,7 +18,7 @@ from specscope.models import get_model
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.systems.case import Case
 from specscope.systems.registry import SYSTEMS
-from specscope.systems.reproduce import read_cases
+from specscope.systems.reproduce import read_cases, reproduce
 
 PAPERS = Path(__file__).resolve().parents[1] / "examples" / "papers"
 TARGET = "llama-3.1-8b"
@@ -59,7 +59,7 @@ published_speedup = 2.0
     (('tau = 3.0', 'tau = "three"'), "tau = 'three' is not a number"),
     (('tree = "4,4,4"', 'tree = "4,x"'), "comma-separated integers"),
     (('published_speedup = 2.0', ''), "published_speedup or published_tokens_per_s"),
-    (('system = "head"', 'system = "hierspec"'), "inner_tau"),
+    (('system = "head"', 'system = "hierspec"\nchain = 0'), "chain ≥ 1"),
 ])
 def test_bad_scenarios_exit_2_with_one_line_naming_the_case(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, edit: tuple[str, str],
@@ -234,3 +234,14 @@ system = ["none", "head", "hierspec"]
     config.write_text(config.read_text().replace("chain = 4", "chain = 4\ndepth = 2"))
     with pytest.raises(InputError, match="unknown key 'depth' of system hierspec"):
         run_sweep(config, output=tmp_path / "bad.parquet")
+
+
+def test_specmquant_headline_within_20_percent_and_its_ordering() -> None:
+    rows = {r.case.name: r for r in reproduce(PAPERS / "specmquant.toml")}
+    assert abs(rows["specmquant-hierspec-70b-w4a16-a100"].rel_err) <= 0.20
+    gain = {k: rows[f"specmquant-eagle2-8b-{k}"].predicted_speedup
+            for k in ("fp16-a100", "w4a16-a100", "w4a16-3090")}
+    assert gain["fp16-a100"] > gain["w4a16-a100"] > gain["w4a16-3090"]
+    assert 0.85 <= gain["w4a16-3090"] <= 1.15  # "nothing on an RTX 3090"
+    hier = rows["specmquant-hierspec-70b-w4a16-a100"].predicted_speedup
+    assert hier > rows["specmquant-eagle2-70b-w4a16-a100"].predicted_speedup
