@@ -59,7 +59,7 @@ published_speedup = 2.0
     (('tau = 3.0', 'tau = "three"'), "tau = 'three' is not a number"),
     (('tree = "4,4,4"', 'tree = "4,x"'), "comma-separated integers"),
     (('published_speedup = 2.0', ''), "published_speedup or published_tokens_per_s"),
-    (('system = "head"', 'system = "hierspec"\nchain = 0'), "chain ≥ 1"),
+    (('system = "head"', 'system = "hierspec"\ndraft = "llama-3.2-1b"\nchain = 0'), "chain ≥ 1"),
 ])
 def test_bad_scenarios_exit_2_with_one_line_naming_the_case(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, edit: tuple[str, str],
