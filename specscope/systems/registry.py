@@ -5,7 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from specscope.errors import InputError
-from specscope.systems import draft_model, head, hierspec
+from specscope.systems import (
+    arbitrage,
+    draft_model,
+    fastdraft,
+    head,
+    hierspec,
+    judge,
+    longspec,
+    s2d,
+    vispec,
+)
 from specscope.systems.base import System
 from specscope.systems.case import parse_options
 
@@ -13,6 +23,12 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
     draft_model.SYSTEM,
     head.SYSTEM,
     hierspec.SYSTEM,
+    longspec.SYSTEM,
+    vispec.SYSTEM,
+    judge.SYSTEM,
+    arbitrage.SYSTEM,
+    s2d.SYSTEM,
+    fastdraft.SYSTEM,
 )}
 """The systems `reproduce`, `simulate` and `sweep` know."""
 SYSTEM_NAMES = tuple(SYSTEMS)
