@@ -245,3 +245,16 @@ def test_specmquant_headline_within_20_percent_and_its_ordering() -> None:
     assert 0.85 <= gain["w4a16-3090"] <= 1.15  # "nothing on an RTX 3090"
     hier = rows["specmquant-hierspec-70b-w4a16-a100"].predicted_speedup
     assert hier > rows["specmquant-eagle2-70b-w4a16-a100"].predicted_speedup
+
+
+def test_simulated_images_join_every_prompt_of_a_vision_language_target() -> None:
+    def run(images: int) -> dict:
+        req = SimulateRequest(hw="a100", target="llava-1.6-7b", policy="dyspec",
+                              acceptance=(0.7, 0.1), rate=2.0, requests=6, output_len="16",
+                              prompt_len="32", seed=0, system="vispec", images=images)
+        return run_simulation(req).summary
+    plain, pictured = run(0), run(1)
+    assert pictured["mean_ttft_ms"] > plain["mean_ttft_ms"]
+    assert pictured["mean_tpot_ms"] > plain["mean_tpot_ms"]
+    with pytest.raises(InputError, match="--images needs --system"):
+        run_simulation(SimulateRequest(hw="a100", target=TARGET, images=1))

@@ -196,6 +196,8 @@ def simulate(
                       Choices("specscope.systems.registry:SYSTEM_NAMES")] = None,
     system_options: Annotated[str | None, typer.Option(help="The system's own keys, "
                                                             "KEY=VALUE,... (window=512).")] = None,
+    images: Annotated[int, typer.Option(help="Images per request (vision-language systems: "
+                                             "their tokens join every prompt).")] = 0,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Per-request metrics "
                                                 "parquet (summary in its metadata); the time "
@@ -222,7 +224,7 @@ def simulate(
         prompt_len=prompt_len, output_len=output_len, draft_placement=draft_placement,
         link_gbps=link_gbps, link_us=link_us, slo_tpot_ms=slo_tpot_ms,
         drift=() if drift is None else tuple(_csv_floats(drift, "--drift")), seed=seed,
-        system=system, system_options=parse_system(system, system_options),
+        system=system, system_options=parse_system(system, system_options), images=images,
     )
     with _progress("simulating") as bar:
         task = bar.add_task("simulating", total=requests)

@@ -87,6 +87,9 @@ class SimulateRequest:
     system: str | None = None
     """A seed system (`specscope.systems`) whose cost models serve in place of the plain ones."""
     system_options: Mapping[str, Any] = field(default_factory=dict)
+    images: int = 0
+    """Images per request, for a vision-language system (their tokens join every prompt; the
+    vision encoder's own time is not simulated)."""
 
 
 @dataclass(frozen=True)
@@ -231,9 +234,12 @@ def _drafter(req: SimulateRequest, profile: HardwareProfile) -> _Drafter:
 
 def _deploy(req: SimulateRequest, spec: ModelSpec) -> SystemCosts | None:
     """The cost models of `req.system` (None: the plain target and drafter)."""
+    if req.images < 0:
+        raise InputError(f"--images must be ≥ 0, got {req.images}")
     if req.system is None:
-        if req.system_options:
-            raise InputError("--system-options needs --system")
+        if req.system_options or req.images:
+            raise InputError(f"{'--images' if req.images else '--system-options'} needs "
+                             "--system")
         return None
     if req.system not in SYSTEMS:
         raise InputError(f"--system: unknown system {req.system!r}; known: "
@@ -241,7 +247,7 @@ def _deploy(req: SimulateRequest, spec: ModelSpec) -> SystemCosts | None:
     draft = None if req.drafter in (None, *MODEL_FREE_SOURCES) else req.drafter
     case = Case(name=req.system, system=req.system, hw=req.hw, target=spec.name,
                 where="--system", draft=draft, weight_bits=req.weight_bits, tp=req.tp,
-                runtime=req.runtime, options=dict(req.system_options))
+                runtime=req.runtime, images=req.images, options=dict(req.system_options))
     return SYSTEMS[req.system].costs(case)
 
 

@@ -12,7 +12,7 @@ batch × arrival rate (and tensor parallelism and weight bits), read and checked
 
     [simulation]                    # simulate cells: the workload (`specscope simulate` options)
     requests = 100                  # requests, token_budget, prompt_len, output_len, workload,
-    output_len = "128"              # arrivals, cv, replicas, router, slo_tpot_ms
+    output_len = "128"              # arrivals, cv, replicas, router, slo_tpot_ms, images
 
     [[grid]]                        # one section per sub-grid; its keys override the defaults
     name = "gpus"
@@ -71,7 +71,7 @@ SETTINGS = ("mode", "seed", "context", "max_depth", "acceptance", "trace", "simu
 SIMULATION: dict[str, type] = {
     "requests": int, "token_budget": int, "prompt_len": str, "output_len": str,
     "workload": str, "arrivals": str, "cv": float, "replicas": int, "router": str,
-    "slo_tpot_ms": float,
+    "slo_tpot_ms": float, "images": int,
 }
 """Simulation settings a config may give, and their types (`SimulateRequest` fields)."""
 SIMULATE_METHODS = tuple(dict.fromkeys([*(p for p in POLICIES if p != "static"), *TREE_METHODS]))
