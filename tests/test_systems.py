@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specscope.cli import main
@@ -258,3 +259,37 @@ def test_simulated_images_join_every_prompt_of_a_vision_language_target() -> Non
     assert pictured["mean_tpot_ms"] > plain["mean_tpot_ms"]
     with pytest.raises(InputError, match="--images needs --system"):
         run_simulation(SimulateRequest(hw="a100", target=TARGET, images=1))
+
+
+# ---- SpecEE ---------------------------------------------------------------------------------
+
+
+def _specee(**fields: object) -> Case:
+    return _case(**({"system": "specee", "target": "llama-2-7b", "tree": (),
+                     "runtime": "eager"} | fields))
+
+
+@pytest.mark.parametrize("runtime", ["eager", "graph"])
+def test_an_exit_fraction_of_one_prices_like_the_plain_target(runtime: str) -> None:
+    from specscope.systems.specee import predictors_per_token
+    case = _specee(options={"exit_layers": 32}, runtime=runtime)
+    p = SYSTEMS["specee"].predict(case)
+    plain = CostModel(load_profile("a100"), get_model("llama-2-7b"), runtime=runtime)
+    assert predictors_per_token(32, 32) == 0.0
+    assert set(p.parts) == {"verify"} and not p.lossy  # no predictor: no head, nothing lossy
+    assert p.step_s == pytest.approx(plain.forward_time(1, 1, round(case.decode_context)),
+                                     rel=1e-12)
+    assert p.speedup == pytest.approx(1.0, rel=1e-12)
+
+
+def test_early_exits_cut_the_layers_and_pay_the_predictors() -> None:
+    from specscope.systems.specee import predictors_per_token
+    assert predictors_per_token(32, 24) == pytest.approx(np.mean([*range(1, 17), 16]))
+    few, many = (SYSTEMS["specee"].predict(_specee(options={"exit_layers": e}))
+                 for e in (28, 20))
+    assert 1.0 < few.speedup < many.speedup and few.lossy and many.lossy
+    cost = SYSTEMS["specee"].costs(_specee(options={"exit_layers": 16}))
+    names = [op.op for op in cost.target.ops(1, 1, 256)]
+    assert {"predictor_logits", "predictor_mlp_in", "predictor_mlp_out"} <= set(names)
+    with pytest.raises(InputError, match=r"exit_layers = 40 must lie in 1\.\.32"):
+        SYSTEMS["specee"].predict(_specee(options={"exit_layers": 40}))

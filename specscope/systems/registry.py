@@ -14,6 +14,7 @@ from specscope.systems import (
     judge,
     longspec,
     s2d,
+    specee,
     vispec,
 )
 from specscope.systems.base import System
@@ -23,6 +24,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
     draft_model.SYSTEM,
     head.SYSTEM,
     hierspec.SYSTEM,
+    specee.SYSTEM,
     longspec.SYSTEM,
     vispec.SYSTEM,
     judge.SYSTEM,
