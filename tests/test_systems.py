@@ -293,3 +293,40 @@ def test_early_exits_cut_the_layers_and_pay_the_predictors() -> None:
     assert {"predictor_logits", "predictor_mlp_in", "predictor_mlp_out"} <= set(names)
     with pytest.raises(InputError, match=r"exit_layers = 40 must lie in 1\.\.32"):
         SYSTEMS["specee"].predict(_specee(options={"exit_layers": 40}))
+
+
+# ---- EasySpec -------------------------------------------------------------------------------
+
+
+def _easyspec(**fields: object) -> Case:
+    return _case(**({"system": "easyspec", "target": "llama-3.1-70b", "draft": "llama-3.1-8b",
+                     "tp": 4, "tree": (1, 1, 1, 1), "tau": 3.5} | fields))
+
+
+def test_tp_1_has_no_all_reduce_in_the_target_or_the_layer_parallel_draft() -> None:
+    c = SYSTEMS["easyspec"].costs(_easyspec(tp=1, target="llama-3.1-8b", draft="llama-3.2-1b"))
+    for model in (c.target, c.drafter):
+        assert float(model.extras(model.ops(1, 8, 512))["comm"]) == 0.0
+    wide = SYSTEMS["easyspec"].costs(_easyspec())
+    assert float(wide.drafter.extras(wide.drafter.ops(1, 1, 512))["comm"]) > 0.0
+    assert wide.drafter.model.n_layers == 8  # 32 draft layers over 4 GPUs
+
+
+def test_sequential_easyspec_without_loss_is_draft_model_speculation() -> None:
+    case = _easyspec(options={"layer_parallel": False})
+    ours = SYSTEMS["easyspec"].predict(case)
+    theirs = SYSTEMS["draft-model"].predict(dataclasses.replace(case, system="draft-model",
+                                                                options={}))
+    assert ours.speedup == pytest.approx(theirs.speedup, rel=1e-12)
+    assert ours.parts == pytest.approx(theirs.parts, rel=1e-12)
+
+
+def test_layer_parallel_drafting_is_faster_and_its_loss_costs_acceptance() -> None:
+    lossless, lossy = (SYSTEMS["easyspec"].predict(_easyspec(options={"acceptance_loss": x}))
+                       for x in (0.0, 0.1))
+    assert lossy.tokens_per_step == pytest.approx(1 + 2.5 * 0.9)
+    assert lossy.speedup < lossless.speedup
+    drafting = SYSTEMS["easyspec"].predict(_easyspec(options={"report": "draft"}))
+    assert drafting.speedup > 1.0
+    assert SYSTEMS["easyspec"].costs(_easyspec(options={"acceptance_loss": 0.1})
+                                     ).acceptance_scale == pytest.approx(0.9)

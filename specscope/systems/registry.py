@@ -8,6 +8,7 @@ from specscope.errors import InputError
 from specscope.systems import (
     arbitrage,
     draft_model,
+    easyspec,
     fastdraft,
     head,
     hierspec,
@@ -25,6 +26,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
     head.SYSTEM,
     hierspec.SYSTEM,
     specee.SYSTEM,
+    easyspec.SYSTEM,
     longspec.SYSTEM,
     vispec.SYSTEM,
     judge.SYSTEM,
