@@ -330,3 +330,18 @@ def test_layer_parallel_drafting_is_faster_and_its_loss_costs_acceptance() -> No
     assert drafting.speedup > 1.0
     assert SYSTEMS["easyspec"].costs(_easyspec(options={"acceptance_loss": 0.1})
                                      ).acceptance_scale == pytest.approx(0.9)
+
+
+def test_the_dashboard_draws_the_reproduce_table_and_the_systems_per_hardware(
+        tmp_path: Path) -> None:
+    from specscope.dashboards import build_report
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "specmquant.toml").write_text((PAPERS / "specmquant.toml").read_text())
+    report = build_report(folder, tmp_path / "report.html")
+    drawn = {s.key: s for s in report.drawn}
+    assert {"reproduce", "systems-hardware"} <= set(drawn)
+    heat = drawn["systems-hardware"].figure.data[0]
+    assert "a100" in heat.y and "rtx-3090" in heat.y and len(heat.x) == 9
+    page = (tmp_path / "report.html").read_text()
+    assert "specmquant-hierspec-70b-w4a16-a100" in page
