@@ -309,7 +309,7 @@ def test_tp_1_has_no_all_reduce_in_the_target_or_the_layer_parallel_draft() -> N
         assert float(model.extras(model.ops(1, 8, 512))["comm"]) == 0.0
     wide = SYSTEMS["easyspec"].costs(_easyspec())
     assert float(wide.drafter.extras(wide.drafter.ops(1, 1, 512))["comm"]) > 0.0
-    assert wide.drafter.model.n_layers == 8  # 32 draft layers over 4 GPUs
+    assert wide.drafter.attention_blocks == 10  # 2 + ⌈30 / 4⌉ attention groups
 
 
 def test_sequential_easyspec_without_loss_is_draft_model_speculation() -> None:
@@ -345,3 +345,22 @@ def test_the_dashboard_draws_the_reproduce_table_and_the_systems_per_hardware(
     assert "a100" in heat.y and "rtx-3090" in heat.y and len(heat.x) == 9
     page = (tmp_path / "report.html").read_text()
     assert "specmquant-hierspec-70b-w4a16-a100" in page
+
+
+def test_cost_prices_a_systems_target_and_drafter(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _cli(capsys, "cost", "--hw", "a100", "--model", "llama-2-7b", "--system",
+                          "specee", "--system-options", "exit_layers=16", "--runtime", "eager",
+                          "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    code, plain, _ = _cli(capsys, "cost", "--hw", "a100", "--model", "llama-2-7b",
+                          "--runtime", "eager", "--json")
+    assert report["step_time_ms"] < json.loads(plain)["step_time_ms"]
+    assert report["system"] == "specee" and report["drafter"]["model"] == "llama-2-7b/head"
+    code, out, err = _cli(capsys, "cost", "--hw", "a100", "--model", "llava-1.6-7b",
+                          "--system", "vispec", "--images", "1", "--context", "64", "--json")
+    assert code == 0 and json.loads(out)["context_len"] == 64 + 2880
+    for extra, message in ((["--images", "1"], "--images needs --system"),
+                           (["--system", "warp"], "unknown system")):
+        code, out, err = _cli(capsys, "cost", "--hw", "a100", "--model", "llama-2-7b", *extra)
+        assert code == 2 and out == "" and message in err

@@ -60,6 +60,13 @@ StepRuntime = Annotated[str | None, typer.Option(
                       "cuda, eager on cpu)."),
     Choices("specscope.hw_profiles.runtime:RUNTIMES")]
 Seed = Annotated[int, typer.Option(help="Random seed.")]
+SystemName = Annotated[str | None, typer.Option(
+    "--system", help="A seed system whose cost models serve (head, hierspec, longspec, ...)."),
+    Choices("specscope.systems.registry:SYSTEM_NAMES")]
+SystemOptions = Annotated[str | None, typer.Option(
+    "--system-options", help="The system's own keys, KEY=VALUE,... (window=512).")]
+Images = Annotated[int, typer.Option(help="Images per request (vision-language systems: their "
+                                          "tokens join every prompt).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 

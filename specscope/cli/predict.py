@@ -11,8 +11,11 @@ from specscope.cli.common import (
     AsJson,
     Choices,
     Hw,
+    Images,
     PricedRuntime,
     Seed,
+    SystemName,
+    SystemOptions,
     TreeAttention,
     WeightBits,
     _csv_floats,
@@ -21,6 +24,7 @@ from specscope.cli.common import (
     _progress,
     console,
 )
+from specscope.errors import InputError
 
 
 def cost(
@@ -34,17 +38,38 @@ def cost(
     group_size: Annotated[int, typer.Option(help="Weights per 4-bit quantisation group.")] = 128,
     runtime: PricedRuntime = None,
     tree_attention: TreeAttention = "split",
+    system: SystemName = None,
+    system_options: SystemOptions = None,
+    draft: Annotated[str | None, typer.Option(help="Draft model of a --system that drafts "
+                                                   "with one (catalogue name).")] = None,
+    images: Images = 0,
     as_json: AsJson = False,
 ) -> None:
     """Step time of one forward pass, per operator. Prices a batch on a hardware profile and
-    runtime (context 0 prices a prompt of --new-tokens tokens)."""
+    runtime (context 0 prices a prompt of --new-tokens tokens); --system prices the target
+    and drafter as that seed system deploys them."""
     from specscope.hw_profiles import CostModel, load_profile
     from specscope.models import get_model
+    from specscope.systems.registry import deploy
+    from specscope.systems.registry import system_options as parse_system
     from specscope.tables import cost_table
 
-    cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
-                   group_size=group_size, runtime=runtime, tree_attention=tree_attention)
+    options = parse_system(system, system_options)
+    drafter = None
+    if system is None:
+        if draft or images:
+            raise InputError(f"{'--draft' if draft else '--images'} needs --system")
+        cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
+                       group_size=group_size, runtime=runtime, tree_attention=tree_attention)
+    else:
+        deployed = deploy(system, hw, model, draft=draft, weight_bits=weight_bits, tp=tp,
+                          runtime=runtime, images=images, options=options)
+        cm, drafter = deployed.target, deployed.drafter
+        context += deployed.prompt_tokens
     report = cm.report(batch, new_tokens, context)
+    if drafter is not None:
+        report["system"] = system
+        report["drafter"] = drafter.report(batch, 1, context)
     if as_json:
         _emit(report, True, None)
         return
@@ -54,6 +79,9 @@ def cost(
     console.print(f"step time {report['step_time_ms']:.3f} ms ({report['source']}); "
                   f"memory {report['memory_gb']:.1f} GB"
                   + ("" if report["fits"] else " — does NOT fit in device memory"))
+    if drafter is not None:
+        console.print(f"{system}: drafter {report['drafter']['model']}, one token "
+                      f"{report['drafter']['step_time_ms']:.3f} ms")
 
 
 def optimize_tree(
@@ -191,13 +219,9 @@ def simulate(
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms).")] = None,
     drift: Annotated[str | None, typer.Option(help="Acceptance multipliers per 1000 arrivals, "
                                                    "e.g. 1,0.9,0.8.")] = None,
-    system: Annotated[str | None, typer.Option(help="A seed system whose cost models serve "
-                                                    "(head, hierspec, longspec, ...)."),
-                      Choices("specscope.systems.registry:SYSTEM_NAMES")] = None,
-    system_options: Annotated[str | None, typer.Option(help="The system's own keys, "
-                                                            "KEY=VALUE,... (window=512).")] = None,
-    images: Annotated[int, typer.Option(help="Images per request (vision-language systems: "
-                                             "their tokens join every prompt).")] = 0,
+    system: SystemName = None,
+    system_options: SystemOptions = None,
+    images: Images = 0,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Per-request metrics "
                                                 "parquet (summary in its metadata); the time "

@@ -32,8 +32,7 @@ from specscope.simulator.scheduler import Limits, Router
 from specscope.simulator.server import Replica, serve
 from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
 from specscope.systems.base import SystemCosts
-from specscope.systems.case import Case
-from specscope.systems.registry import SYSTEMS
+from specscope.systems.registry import deploy
 from specscope.trace import AcceptanceModel, Trace, default_source, resolve_source
 from specscope.trace.schema import DRAFT_PREFIX, MODEL_FREE_SOURCES
 from specscope.tree import DEFAULT_SOURCE, Tree
@@ -241,14 +240,10 @@ def _deploy(req: SimulateRequest, spec: ModelSpec) -> SystemCosts | None:
             raise InputError(f"{'--images' if req.images else '--system-options'} needs "
                              "--system")
         return None
-    if req.system not in SYSTEMS:
-        raise InputError(f"--system: unknown system {req.system!r}; known: "
-                         f"{', '.join(SYSTEMS)}")
     draft = None if req.drafter in (None, *MODEL_FREE_SOURCES) else req.drafter
-    case = Case(name=req.system, system=req.system, hw=req.hw, target=spec.name,
-                where="--system", draft=draft, weight_bits=req.weight_bits, tp=req.tp,
-                runtime=req.runtime, images=req.images, options=dict(req.system_options))
-    return SYSTEMS[req.system].costs(case)
+    return deploy(req.system, req.hw, spec.name, draft=draft, weight_bits=req.weight_bits,
+                  tp=req.tp, runtime=req.runtime, images=req.images,
+                  options=dict(req.system_options))
 
 
 def _acceptance_model(req: SimulateRequest, source: str) -> AcceptanceModel:

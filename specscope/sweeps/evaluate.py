@@ -48,8 +48,7 @@ from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.sweeps.cells import NO_DRAFTER, Cell
 from specscope.sweeps.config import NO_SYSTEM
 from specscope.systems.base import SystemCosts
-from specscope.systems.case import Case
-from specscope.systems.registry import SYSTEMS
+from specscope.systems.registry import deploy
 from specscope.trace import AcceptanceModel, Trace, replay
 from specscope.trace.schema import MODEL_FREE_SOURCES
 from specscope.tree import Tree, acceptance_table, scaled_acceptance
@@ -194,10 +193,10 @@ def _deployed(hardware: str, runtime: str, target: str, drafter: str, tp: int,
               weight_bits: int, system: str, system_options: tuple[tuple[str, Any], ...]
               ) -> SystemCosts:
     """The cost models a seed system deploys for a cell (`System.costs`)."""
-    case = Case(name=system, system=system, hw=hardware, target=target, where=system,
-                draft=None if drafter in (NO_DRAFTER, *MODEL_FREE_SOURCES) else drafter,
-                weight_bits=weight_bits, tp=tp, runtime=runtime, options=dict(system_options))
-    return SYSTEMS[system].costs(case)
+    return deploy(system, hardware, target,
+                  draft=None if drafter in (NO_DRAFTER, *MODEL_FREE_SOURCES) else drafter,
+                  weight_bits=weight_bits, tp=tp, runtime=runtime,
+                  options=dict(system_options), where=f"system {system}")
 
 
 def _pricing(cell: Cell, trace: Trace | None) -> Pricing:

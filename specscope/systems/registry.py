@@ -18,8 +18,8 @@ from specscope.systems import (
     specee,
     vispec,
 )
-from specscope.systems.base import System
-from specscope.systems.case import parse_options
+from specscope.systems.base import System, SystemCosts
+from specscope.systems.case import Case, parse_options
 
 SYSTEMS: dict[str, System] = {s.name: s for s in (
     draft_model.SYSTEM,
@@ -48,3 +48,17 @@ def system_options(system: str | None, text: str | None,
     if system not in SYSTEMS:
         raise InputError(f"--system: unknown system {system!r}; known: {', '.join(SYSTEMS)}")
     return parse_options(text or "", SYSTEMS[system].options, system, option)
+
+
+def deploy(system: str, hw: str, target: str, *, draft: str | None = None,
+           weight_bits: int | None = None, tp: int = 1, runtime: str | None = None,
+           images: int = 0, options: dict[str, Any] | None = None,
+           where: str = "--system") -> SystemCosts:
+    """The cost models `system` deploys for a target (and draft) on a profile: what `cost`,
+    `simulate` and `sweep` serve in place of plain catalogue cost models."""
+    if system not in SYSTEMS:
+        raise InputError(f"{where}: unknown system {system!r}; known: {', '.join(SYSTEMS)}")
+    case = Case(name=system, system=system, hw=hw, target=target, where=where, draft=draft,
+                weight_bits=weight_bits, tp=tp, runtime=runtime, images=images,
+                options=dict(options or {}))
+    return SYSTEMS[system].costs(case)
