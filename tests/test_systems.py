@@ -361,6 +361,8 @@ def test_cost_prices_a_systems_target_and_drafter(capsys: pytest.CaptureFixture[
                           "--system", "vispec", "--images", "1", "--context", "64", "--json")
     assert code == 0 and json.loads(out)["context_len"] == 64 + 2880
     for extra, message in ((["--images", "1"], "--images needs --system"),
-                           (["--system", "warp"], "unknown system")):
+                           (["--system", "warp"], "unknown system"),
+                           (["--system", "head", "--tree-attention", "dense"],
+                            "a --system deploys its own")):
         code, out, err = _cli(capsys, "cost", "--hw", "a100", "--model", "llama-2-7b", *extra)
         assert code == 2 and out == "" and message in err

@@ -62,6 +62,9 @@ def cost(
         cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
                        group_size=group_size, runtime=runtime, tree_attention=tree_attention)
     else:
+        if tree_attention != "split" or group_size != 128:
+            raise InputError("--tree-attention and --group-size price the plain model; a "
+                             "--system deploys its own (split attention, 128-weight groups)")
         deployed = deploy(system, hw, model, draft=draft, weight_bits=weight_bits, tp=tp,
                           runtime=runtime, images=images, options=options)
         cm, drafter = deployed.target, deployed.drafter
