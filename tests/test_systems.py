@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from specscope.cli import main
@@ -366,3 +367,31 @@ def test_cost_prices_a_systems_target_and_drafter(capsys: pytest.CaptureFixture[
                             "a --system deploys its own")):
         code, out, err = _cli(capsys, "cost", "--hw", "a100", "--model", "llama-2-7b", *extra)
         assert code == 2 and out == "" and message in err
+
+
+def test_a_list_of_system_option_values_is_a_sweep_dimension(tmp_path: Path) -> None:
+    """FastDraft's draft size as a dimension: one cell per draft shape, larger drafts slower."""
+    from specscope.sweeps.run import run_sweep
+    config = tmp_path / "sizes.toml"
+    config.write_text('''acceptance = [0.6, 0.2]
+[system_options.fastdraft]
+draft_layers = [2, 8]
+draft_d_model = 512
+train_tokens = 1e10
+[[grid]]
+hardware = "a100"
+target = "llama-3.1-8b"
+drafter = "llama-3.2-1b"
+method = "chain"
+budget = 4
+system = ["none", "fastdraft"]
+''')
+    table = run_sweep(config, output=tmp_path / "sizes.parquet").table
+    assert table.height == 3 and set(table["status"]) == {"ok"}
+    drafts = {json.loads(r["system_options"]).get("draft_layers"): r["step_time_ms"]
+              for r in table.filter(pl.col("system") == "fastdraft").iter_rows(named=True)}
+    assert set(drafts) == {2, 8} and drafts[2] < drafts[8]
+    config.write_text(config.read_text().replace("draft_layers = [2, 8]",
+                                                 'draft_layers = [2, "eight"]'))
+    with pytest.raises(InputError, match="draft_layers = 'eight' is not a number"):
+        run_sweep(config, output=tmp_path / "bad.parquet")

@@ -279,7 +279,8 @@ def test_a_built_draft_takes_the_targets_family() -> None:
 
 @pytest.mark.parametrize("fields, message", [
     ({"options": {"train_tokens": 0}}, "train_tokens = 0"),
-    ({"options": {"draft_layers": 4, "draft_d_model": 512}}, "not both"),
+    ({"draft": "vicuna-7b", "options": {"draft_layers": 4, "draft_d_model": 512}},
+     "no shared vocabulary"),
     ({"draft": None, "options": {"draft_layers": 4}}, "both draft_layers and draft_d_model"),
     ({"draft": None, "options": {"draft_layers": 4, "draft_d_model": 500}}, "multiple"),
     ({"draft": None}, "needs a draft"),

@@ -11,6 +11,7 @@ and lengths (common random numbers), so differences between cells are not sampli
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -75,10 +76,8 @@ class Cell:
             "acceptance": self.acceptance.digest, "simulation": dict(self.simulation),
             "profile": self.profile, "version": KEY_VERSION,
         }
-        if self.system != NO_SYSTEM:
-            params["system_options"] = dict(self.system_options)
-        else:  # the keys of cells without a system are those before systems existed
-            del params["system"]
+        if self.system == NO_SYSTEM:  # the keys of cells without a system are those before
+            del params["system"], params["system_options"]  # systems existed
         return digest(params)[:16]
 
     def columns(self) -> dict[str, Any]:
@@ -90,6 +89,7 @@ class Cell:
             "weight_bits": self.weight_bits, "context": self.context,
             "max_depth": self.max_depth, "acceptance": self.acceptance.label, "seed": self.seed,
             "system": self.system,
+            "system_options": json.dumps(dict(self.system_options), sort_keys=True),
         }
 
 
@@ -114,23 +114,39 @@ def _grid_cells(grid: Grid, config: SweepConfig) -> Iterator[Cell]:
         context = int(config.traces[grid.trace].mean_context_len)  # as optimize-tree takes it
     for values in itertools.product(*(grid.axes[a] for a in ORDER)):
         p = dict(zip(ORDER, values, strict=True))
-        default_runtime, profile = profiles[p["hardware"]]
-        acceptance = grid.acceptance(p["drafter"])
-        if p["method"] == NO_DRAFTER:  # plain decoding: drafter and budget mean nothing
-            p |= {"drafter": NO_DRAFTER, "budget": 1}
-            acceptance = AcceptanceInput(trace=grid.trace, digest=grid.trace_digest)
-        seed = config.seed
-        if grid.mode == "simulate":
-            seed = int(digest({"seed": seed, "rate": p["rate"], "workload": settings})[:8], 16)
-        yield Cell(
-            mode=grid.mode, hardware=p["hardware"],
-            runtime=p["runtime"] or default_runtime,
-            target=p["target"], drafter=p["drafter"], method=p["method"], budget=p["budget"],
-            batch=p["batch"] or 1, rate=None if p["rate"] is None else float(p["rate"]),
-            tp=p["tp"] or 1,
-            weight_bits=p["weight_bits"] or get_model(p["target"]).weight_bits,
-            context=context, max_depth=grid.max_depth, acceptance=acceptance, seed=seed,
-            simulation=settings if grid.mode == "simulate" else (),
-            profile=profile, system=p["system"] or NO_SYSTEM,
-            system_options=tuple(sorted(grid.system_options.get(p["system"], {}).items())),
-        )
+        for options in _option_grid(grid.system_options.get(p["system"], {})):
+            yield _cell(grid, config, dict(p), options, profiles[p["hardware"]], settings,
+                        context)
+
+
+def _option_grid(axes: dict[str, tuple[Any, ...]]) -> Iterator[tuple[tuple[str, Any], ...]]:
+    """Every combination of a system's option values, keys sorted."""
+    keys = sorted(axes)
+    for combo in itertools.product(*(axes[k] for k in keys)):
+        yield tuple(zip(keys, combo, strict=True))
+
+
+def _cell(grid: Grid, config: SweepConfig, p: dict[str, Any],
+          options: tuple[tuple[str, Any], ...], profile: tuple[str, str],
+          settings: tuple[tuple[str, Any], ...], context: int | None) -> Cell:
+    """The cell of grid point `p` with the system's `options`; `profile` is the hardware's
+    (default runtime, file digest)."""
+    default_runtime, digest_ = profile
+    acceptance = grid.acceptance(p["drafter"])
+    if p["method"] == NO_DRAFTER:  # plain decoding: drafter and budget mean nothing
+        p |= {"drafter": NO_DRAFTER, "budget": 1}
+        acceptance = AcceptanceInput(trace=grid.trace, digest=grid.trace_digest)
+    seed = config.seed
+    if grid.mode == "simulate":
+        seed = int(digest({"seed": seed, "rate": p["rate"], "workload": settings})[:8], 16)
+    return Cell(
+        mode=grid.mode, hardware=p["hardware"],
+        runtime=p["runtime"] or default_runtime,
+        target=p["target"], drafter=p["drafter"], method=p["method"], budget=p["budget"],
+        batch=p["batch"] or 1, rate=None if p["rate"] is None else float(p["rate"]),
+        tp=p["tp"] or 1,
+        weight_bits=p["weight_bits"] or get_model(p["target"]).weight_bits,
+        context=context, max_depth=grid.max_depth, acceptance=acceptance, seed=seed,
+        simulation=settings if grid.mode == "simulate" else (),
+        profile=digest_, system=p["system"] or NO_SYSTEM, system_options=options,
+    )

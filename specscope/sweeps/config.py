@@ -30,8 +30,8 @@ batch × arrival rate (and tensor parallelism and weight bits), read and checked
     system = ["none", "head"]       # seed systems (specscope.systems) serving their cost
                                     # models; default none: the plain target and drafter
 
-    [system_options.longspec]       # a system's own keys (one table per system)
-    window = 512
+    [system_options.longspec]       # a system's own keys (one table per system);
+    window = [512, 2048]            # a list is one more dimension of the grid
 
 Every mistake is an `InputError` naming the file, the grid and the key, raised before any cell
 runs. Combinations that cannot run (a runtime the profile does not price, a model that does not
@@ -114,7 +114,7 @@ class Grid:
     trace: str | None
     trace_digest: str  # sha256 of the trace file's bytes ("" without a trace)
     simulation: dict[str, Any]
-    system_options: dict[str, dict[str, Any]]  # system → its own keys
+    system_options: dict[str, dict[str, tuple[Any, ...]]]  # system → its keys' values
 
     def acceptance(self, drafter: str) -> AcceptanceInput:
         """The acceptance input of `drafter`'s cells."""
@@ -337,8 +337,9 @@ def _vectors(value: Any, drafters: tuple[Any, ...], trace: str | None, where: st
     return vectors
 
 
-def _system_options(value: Any, where: str) -> dict[str, dict[str, Any]]:
-    """`[system_options.NAME]` tables, each checked against the system's own keys."""
+def _system_options(value: Any, where: str) -> dict[str, dict[str, tuple[Any, ...]]]:
+    """`[system_options.NAME]` tables, each checked against the system's own keys; a key given
+    a list is a dimension of the grid (FastDraft's draft sizes, an acceptance loss, ...)."""
     if not isinstance(value, dict):
         raise InputError(f"{where}system_options: a table of tables, got {value!r}")
     out = {}
@@ -346,8 +347,16 @@ def _system_options(value: Any, where: str) -> dict[str, dict[str, Any]]:
         if name not in SYSTEMS:
             raise InputError(f"{where}system_options: unknown system {name!r}; known: "
                              f"{', '.join(SYSTEMS)}")
-        out[name] = check_options(table, SYSTEMS[name].options, name,
-                                  f"{where}system_options.{name}")
+        at = f"{where}system_options.{name}"
+        if not isinstance(table, dict):
+            raise InputError(f"{at}: a table of {name}'s keys, got {table!r}")
+        axes = {key: tuple(v) if isinstance(v, list) else (v,) for key, v in table.items()}
+        for key, values in axes.items():
+            if not values:
+                raise InputError(f"{at}: {key} is an empty list")
+            for v in values:
+                check_options({key: v}, SYSTEMS[name].options, name, at)
+        out[name] = axes
     return out
 
 

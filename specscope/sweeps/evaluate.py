@@ -59,6 +59,7 @@ PARAMS: dict[str, pl.DataType] = {
     "budget": pl.Int64(), "batch": pl.Int64(), "rate": pl.Float64(), "tp": pl.Int64(),
     "weight_bits": pl.Int64(), "context": pl.Int64(), "max_depth": pl.Int64(),
     "acceptance": pl.String(), "seed": pl.Int64(), "system": pl.String(),
+    "system_options": pl.String(),
 }
 ANALYTIC = ("speedup", "tokens_per_s", "step_time_ms", "autoregressive_ms", "expected_tokens",
             "replay_tokens", "tree_size", "tree_depth")

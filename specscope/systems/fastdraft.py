@@ -6,10 +6,11 @@ used for draft-model speculation on an AI PC (Intel Core Ultra).
 The paper's sweep dimensions are the draft's size and its training budget; their effect on
 quality is what it publishes (acceptance, block efficiency), so both are inputs here:
 
-- the draft's architecture: a catalogue `draft`, or a spec built in the target's family from
-  `draft_layers` and `draft_d_model` (`draft_spec`: the target's head dimension, its ratio of
-  query to KV heads, its MLP ratio d_ff / d_model unless `draft_d_ff` is given, and its
-  vocabulary and tied-embedding choice, which the draft must share);
+- the draft's architecture: a catalogue `draft`, or a spec built from `draft_layers` and
+  `draft_d_model` in the family of the target, or of the case's `draft` when one is named (a
+  sweep's drafter; it must share the target's vocabulary) (`draft_spec`: the family's head
+  dimension, its ratio of query to KV heads, its MLP ratio d_ff / d_model unless
+  `draft_d_ff` is given, and its vocabulary and tied-embedding choice);
 - its quality: the case's τ, as published for that draft after its training (`train_tokens`,
   recorded into the prediction's assumptions; it does not change the price).
 
@@ -65,11 +66,15 @@ def draft(case: Case) -> ModelSpec:
             raise case.fail("system fastdraft needs a draft: a catalogue model, or "
                             "draft_layers and draft_d_model")
         return get_model(case.draft)
-    if case.draft is not None:
-        raise case.fail("give a catalogue draft or draft_layers/draft_d_model, not both")
     if "draft_layers" not in case.options or "draft_d_model" not in case.options:
         raise case.fail("a built draft needs both draft_layers and draft_d_model")
     target = get_model(case.target)
+    if case.draft is not None:  # built in the family of the named draft (a sweep's drafter)
+        family = get_model(case.draft)
+        if family.vocab_size != target.vocab_size:
+            raise case.fail(f"draft {family.name} has {family.vocab_size} tokens, target "
+                            f"{target.name} {target.vocab_size}: no shared vocabulary")
+        target = family
     layers, d_model = case.options["draft_layers"], case.options["draft_d_model"]
     d_ff = case.options.get("draft_d_ff")
     if layers < 1 or (d_ff is not None and d_ff < 1):
@@ -96,7 +101,7 @@ def costs(case: Case) -> SystemCosts:
     _train_tokens(case)
     bits = case.options.get("draft_bits", 16)
     return SystemCosts(target_model(case), cost_model(case, spec, weight_bits=bits),
-                       f"draft:{case.draft or spec.name}")
+                       f"draft:{case.draft or spec.name}")  # a sweep prices its drafter's source
 
 
 def predict(case: Case) -> Prediction:
