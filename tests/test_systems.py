@@ -213,21 +213,18 @@ def test_simulate_rejects_an_unknown_system_and_bad_options(
         assert code == 2 and out == "" and message in err
 
 
+def _sweep_toml(options: str, systems: str) -> str:
+    """A one-grid analytic sweep of llama-3.1-8b drafted by llama-3.2-1b over `systems`."""
+    return (f"acceptance = [0.6, 0.2]\n{options}\n[[grid]]\nhardware = \"a100\"\n"
+            "target = \"llama-3.1-8b\"\ndrafter = \"llama-3.2-1b\"\nmethod = \"chain\"\n"
+            f"budget = 4\nsystem = {systems}\n")
+
+
 def test_a_sweep_grid_takes_systems_as_an_axis(tmp_path: Path) -> None:
     from specscope.sweeps.run import run_sweep
     config = tmp_path / "sweep.toml"
-    config.write_text('''acceptance = [0.6, 0.2]
-[system_options.hierspec]
-inner_tau = 3.0
-chain = 4
-[[grid]]
-hardware = "a100"
-target = "llama-3.1-8b"
-drafter = "llama-3.2-1b"
-method = "chain"
-budget = 4
-system = ["none", "head", "hierspec"]
-''')
+    config.write_text(_sweep_toml("[system_options.hierspec]\ninner_tau = 3.0\nchain = 4",
+                                  '["none", "head", "hierspec"]'))
     table = run_sweep(config, output=tmp_path / "out.parquet").table
     rows = {r["system"]: r for r in table.iter_rows(named=True)}
     assert set(rows) == {"none", "head", "hierspec"}
@@ -373,19 +370,9 @@ def test_a_list_of_system_option_values_is_a_sweep_dimension(tmp_path: Path) -> 
     """FastDraft's draft size as a dimension: one cell per draft shape, larger drafts slower."""
     from specscope.sweeps.run import run_sweep
     config = tmp_path / "sizes.toml"
-    config.write_text('''acceptance = [0.6, 0.2]
-[system_options.fastdraft]
-draft_layers = [2, 8]
-draft_d_model = 512
-train_tokens = 1e10
-[[grid]]
-hardware = "a100"
-target = "llama-3.1-8b"
-drafter = "llama-3.2-1b"
-method = "chain"
-budget = 4
-system = ["none", "fastdraft"]
-''')
+    config.write_text(_sweep_toml("[system_options.fastdraft]\ndraft_layers = [2, 8]\n"
+                                  "draft_d_model = 512\ntrain_tokens = 1e10",
+                                  '["none", "fastdraft"]'))
     table = run_sweep(config, output=tmp_path / "sizes.parquet").table
     assert table.height == 3 and set(table["status"]) == {"ok"}
     drafts = {json.loads(r["system_options"]).get("draft_layers"): r["step_time_ms"]
