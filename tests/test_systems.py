@@ -340,7 +340,8 @@ def test_the_dashboard_draws_the_reproduce_table_and_the_systems_per_hardware(
     drawn = {s.key: s for s in report.drawn}
     assert {"reproduce", "systems-hardware"} <= set(drawn)
     heat = drawn["systems-hardware"].figure.data[0]
-    assert "a100" in heat.y and "rtx-3090" in heat.y and len(heat.x) == 9
+    assert "a100" in heat.y and "rtx-3090" in heat.y
+    assert len(heat.x) == len(read_cases(PAPERS / "specmquant.toml"))
     page = (tmp_path / "report.html").read_text()
     assert "specmquant-hierspec-70b-w4a16-a100" in page
 
