@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
 from specscope.optimizers.run import OptimizeResult
@@ -132,14 +133,14 @@ def simulate_table(summary: dict[str, Any]) -> Table:
 def reproduce_table(rows: list[Any]) -> Table:
     """`specscope reproduce`: per case, predicted against published and the relative error;
     lossy systems and partial setups marked."""
-    table = Table(title="seed systems: predicted against published",
+    table = Table(title="seed systems: predicted against published", box=box.SIMPLE_HEAD,
                   caption="speedup over the case's baseline (autoregressive decoding of the same "
                   "target unless noted); τ: tokens per step, bonus counted; ⚠: lossy, accepts "
                   "beyond the target's distribution; †: partial setup, assumptions below")
-    for col in ("case", "system", "hw", "τ", "predicted", "published", "rel err"):
-        left = col in ("case", "system", "hw")
+    for col in ("case", "system, hw", "τ", "predicted", "published", "rel err"):
+        left = col in ("case", "system, hw")
         table.add_column(col, justify="left" if left else "right", overflow="fold",
-                         no_wrap=not left, min_width={"case": 12, "system": 9}.get(col))
+                         no_wrap=not left, min_width={"case": 14, "system, hw": 10}.get(col))
     for r in rows:
         p, case = r.prediction, r.case
         if r.compared == "speedup":
@@ -148,6 +149,6 @@ def reproduce_table(rows: list[Any]) -> Table:
             pred = f"{p.tokens_per_s:,.0f} tok/s"
             pub = f"{case.published_tokens_per_s:,.0f} tok/s"
         name = case.name + (" †" if case.setup == "partial" else "")
-        table.add_row(name, case.system + (" ⚠" if p.lossy else ""), case.hw,
+        table.add_row(name, f"{case.system}{' ⚠' if p.lossy else ''}\n{case.hw}",
                       f"{p.tokens_per_step:.2f}", pred, pub, f"{r.rel_err:+.1%}")
     return table
