@@ -71,10 +71,12 @@ def test_an_exit_fraction_of_one_is_the_plain_target_exactly(runtime: str,
 
 def test_a_full_depth_exit_under_tensor_parallelism_is_the_plain_target() -> None:
     plain = CostModel(load_profile("a100"), get_model("llama-2-13b"), tp=2, runtime="graph")
-    full = EarlyExitCost(plain, exit_layers=40, predictors=0.0, candidates=4, hidden=512)
+    full = plain.variant(EarlyExitCost, exit_layers=40, predictors=0.0,
+                          candidates=4, hidden=512)
     assert full.forward_time(1, 26, 512) == pytest.approx(plain.forward_time(1, 26, 512),
                                                           rel=EXACT)
-    half = EarlyExitCost(plain, exit_layers=20, predictors=0.0, candidates=4, hidden=512)
+    half = plain.variant(EarlyExitCost, exit_layers=20, predictors=0.0,
+                          candidates=4, hidden=512)
     comm = [float(m.extras(m.ops(1, 1, 512))["comm"]) for m in (plain, half)]
     assert comm[0] > 0 and comm[1] == pytest.approx(comm[0] / 2, rel=EXACT)  # lm_head unsharded
 
@@ -162,11 +164,14 @@ def test_measured_target_times_are_scaled_by_the_early_exit() -> None:
     table = MeasuredTable("llama-2-7b", 1, 512, n, 1.5 * roof, runtime="graph")
     measured = CostModel(dataclasses.replace(hw, measured=(table,)), plain.model,
                          runtime="graph")
-    exiting = EarlyExitCost(measured, exit_layers=20, predictors=5.0, candidates=4, hidden=512)
-    roofline = EarlyExitCost(plain, exit_layers=20, predictors=5.0, candidates=4, hidden=512)
+    exiting = measured.variant(EarlyExitCost, exit_layers=20, predictors=5.0,
+                          candidates=4, hidden=512)
+    roofline = plain.variant(EarlyExitCost, exit_layers=20, predictors=5.0,
+                          candidates=4, hidden=512)
     assert exiting.forward_time(1, 8, 512) == pytest.approx(
         1.5 * roofline.forward_time(1, 8, 512), rel=1e-9)
-    full = EarlyExitCost(measured, exit_layers=32, predictors=0.0, candidates=4, hidden=512)
+    full = measured.variant(EarlyExitCost, exit_layers=32, predictors=0.0,
+                          candidates=4, hidden=512)
     assert full.forward_time(1, 8, 512) == pytest.approx(1.5 * float(roof[1]), rel=EXACT)
 
 

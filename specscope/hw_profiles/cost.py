@@ -105,6 +105,14 @@ class CostModel:
         self.tree_attention = tree_attention
         self.act_bits, self.quant_lm_head = act_bits, quant_lm_head
 
+    def variant(self, cls: type[CostModel], **extra: Any) -> CostModel:
+        """This model, hardware, precision, tp, runtime and attention as a `cls` (a
+        mechanism's subclass taking `extra` keywords)."""
+        return cls(self.hw, self.model, weight_bits=self.weight_bits, tp=self.tp,
+                   group_size=self.group_size, runtime=self.runtime.name,
+                   tree_attention=self.tree_attention, act_bits=self.act_bits,
+                   quant_lm_head=self.quant_lm_head, **extra)
+
     def ops(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any) -> list[OpCost]:
         """The per-device operator table of one forward (see `specscope.models.ops`)."""
         return forward_ops(self.model, batch, new_tokens, context_len,
@@ -157,11 +165,22 @@ class CostModel:
         reads = np.where(np.asarray(context_len) == 0, self.model.n_heads // self.tp, 1)
         return op.count * batch * reads * new * (np.asarray(context_len) + new) * 2.0
 
+    @property
+    def device_layers(self) -> float:
+        """Layers' worth of the runtime's per-layer device term a forward pays (a mechanism
+        that runs fewer or more layer-like blocks says so here)."""
+        return float(self.model.n_layers)
+
+    @property
+    def host_layers(self) -> float:
+        """Layers' worth of the runtime's per-layer host issue time a forward pays."""
+        return float(self.model.n_layers)
+
     def extras(self, ops: list[OpCost]) -> dict[str, np.ndarray]:
         """Device seconds of a forward beyond its operators: the fixed per-step and per-layer
         time ("overhead"), dequantisation and tensor-parallel communication."""
-        hw, k, r, layers = self.hw, self.tp, self.runtime, self.model.n_layers
-        overhead = np.asarray(r.step_s + layers * r.layer_s)
+        hw, k, r = self.hw, self.tp, self.runtime
+        overhead = np.asarray(r.step_s + self.device_layers * r.layer_s)
         dequant = np.asarray(0.0)
         if self.weight_bits < 16 and not (self.weight_bits == 8 and self.act_bits == 8):
             per_weight = hw.dequant_s_per_weight[self.weight_bits]
@@ -182,7 +201,7 @@ class CostModel:
 
     def host_time(self, context_len: Num) -> np.ndarray:
         """Seconds the host needs to issue one forward (a prompt when the context is 0)."""
-        r, layers = self.runtime, self.model.n_layers
+        r, layers = self.runtime, self.host_layers
         return np.where(np.asarray(context_len) == 0,
                         r.prefill_host_step_s + layers * r.prefill_host_layer_s,
                         r.host_step_s + layers * r.host_layer_s)

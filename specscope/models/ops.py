@@ -15,6 +15,7 @@ array (broadcast together), so t(n) for n = 1..768 is one call.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,12 @@ SSD_CHUNK = 256
 SSM_VERIFY = ("stree", "naive")
 
 Num = float | np.ndarray
+
+
+OUTSIDE_LAYERS = ("embedding", "final_norm", "lm_head")
+"""Operators of a forward that run once, outside its decoder layers."""
+SCALED_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "qweights", "reduce_bytes")
+"""The work fields of an `OpCost` that grow with how often it runs."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,17 @@ class OpCost:
     def bytes(self) -> Num:
         """Every byte moved to or from device memory."""
         return self.weight_bytes + self.act_bytes + self.kv_bytes
+
+
+def scale_op(op: OpCost, factor: Num) -> OpCost:
+    """`op` run `factor` times as often: every work field scaled (a mechanism running a share
+    of the layers, or a block several times)."""
+    return dataclasses.replace(op, **{k: getattr(op, k) * factor for k in SCALED_FIELDS})
+
+
+def layer_ops(ops: list[OpCost]) -> list[OpCost]:
+    """The operators of a forward's decoder layers (`OUTSIDE_LAYERS` left out)."""
+    return [op for op in ops if op.op not in OUTSIDE_LAYERS]
 
 
 def bytes_per_weight(weight_bits: int, group_size: int = 128) -> float:

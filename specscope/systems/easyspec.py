@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from specscope.hw_profiles import CostModel
-from specscope.models.ops import ACT_BYTES, OpCost
+from specscope.models.ops import ACT_BYTES, OpCost, layer_ops, scale_op
 from specscope.systems.base import System, SystemCosts
 from specscope.systems.case import Case
 from specscope.systems.step import Prediction, cost_model, pricing, target_model, tree_step
@@ -58,8 +58,6 @@ PARALLEL_LAYERS = 4
 REPORTS = ("speedup", "draft")
 _ATTENTION = ("attn_norm", "qkv_proj", "attention", "o_proj")
 """A decoder layer's attention-block operators (the rest of the layer is its MLP block)."""
-_OUTSIDE = ("embedding", "final_norm", "lm_head")
-_SCALED = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "qweights")
 
 OPTIONS: dict[str, type | tuple[type, ...]] = {
     "layer_parallel": bool, "parallel_layers": int, "acceptance_loss": (int, float),
@@ -82,7 +80,7 @@ class LayerParallelDraftCost(CostModel):
         self.groups = math.ceil((layers - 2) / ways) if ways > 1 and layers > 2 else 0
         self.attention_blocks = 2 + self.groups if self.groups else layers
         """Attention blocks on the critical path of one forward."""
-        layer = [op.op for op in super().ops(1, 1, 1) if op.op not in _OUTSIDE]
+        layer = [op.op for op in layer_ops(super().ops(1, 1, 1))]
         attention = sum(op in _ATTENTION for op in layer) / len(layer)
         self.layer_share = (attention * self.attention_blocks / layers + 1 - attention)
         """The per-layer terms paid, as a share of every layer's (the attention block's
@@ -91,16 +89,23 @@ class LayerParallelDraftCost(CostModel):
     def ops(self, batch: Any, new_tokens: Any, context_len: Any, **ssm: Any) -> list[OpCost]:
         """The attention blocks' operators scaled to those on the critical path."""
         scale = self.attention_blocks / self.model.n_layers
-        return [dataclasses.replace(op, **{k: getattr(op, k) * scale for k in _SCALED})
-                if op.op in _ATTENTION else op
+        return [scale_op(op, scale) if op.op in _ATTENTION else op
                 for op in super().ops(batch, new_tokens, context_len, **ssm)]
 
+    @property
+    def device_layers(self) -> float:
+        """The per-layer terms of the critical path, in layers."""
+        return self.layer_share * self.model.n_layers
+
+    @property
+    def host_layers(self) -> float:
+        """As `device_layers`: the other GPUs' hosts issue their attention blocks meanwhile."""
+        return self.device_layers
+
     def extras(self, ops: list[OpCost]) -> dict[str, np.ndarray]:
-        """The per-layer device term of the critical path, and each group's broadcast of its
-        input and gather of the other attention outputs."""
+        """The plain terms, and each group's broadcast of its input and gather of the other
+        attention outputs."""
         out = super().extras(ops)
-        layers, r = self.model.n_layers, self.runtime
-        out["overhead"] = out["overhead"] + (self.layer_share - 1) * layers * r.layer_s
         if self.groups:
             lm_head = next(op for op in ops if op.op == "lm_head")
             hidden = np.asarray(lm_head.tokens, dtype=float) * self.model.d_model * ACT_BYTES
@@ -108,13 +113,6 @@ class LayerParallelDraftCost(CostModel):
                 self.hw.link_bandwidth)
             out["comm"] = out["comm"] + self.groups * 2 * transfer
         return out
-
-    def host_time(self, context_len: Any) -> np.ndarray:
-        """The host's issue time of the critical path (the other GPUs' hosts issue their
-        attention blocks at the same time)."""
-        r, layers = self.runtime, self.model.n_layers
-        layer = np.where(np.asarray(context_len) == 0, r.prefill_host_layer_s, r.host_layer_s)
-        return super().host_time(context_len) + (self.layer_share - 1) * layers * layer
 
 
 def _draft_name(case: Case) -> str:
@@ -143,8 +141,7 @@ def _options(case: Case) -> tuple[bool, int, float, str, int]:
 
 def parallel_draft(case: Case, ways: int) -> LayerParallelDraftCost:
     """The case's draft at TP = 1, its attention blocks `ways` at a time."""
-    plain = cost_model(case, _draft_name(case))
-    return LayerParallelDraftCost(plain.hw, plain.model, runtime=plain.runtime.name, ways=ways)
+    return cost_model(case, _draft_name(case)).variant(LayerParallelDraftCost, ways=ways)
 
 
 def costs(case: Case) -> SystemCosts:

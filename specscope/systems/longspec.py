@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.models.ops import ACT_BYTES, OpCost
+from specscope.models.ops import ACT_BYTES, OpCost, layer_ops
 from specscope.models.spec import ModelSpec
 from specscope.systems.base import System, SystemCosts
 from specscope.systems.case import Case
@@ -51,8 +51,6 @@ OPTIONS: dict[str, type | tuple[type, ...]] = {"window": int}
 
 _BLOCK = ("attn_norm", "qkv_proj", "o_proj")
 """The attention block's operators that the cross-attention block repeats unchanged."""
-_OUTSIDE = ("embedding", "final_norm", "lm_head")
-"""Operators of a forward outside its decoder layers."""
 
 
 class LongSpecDraftCost(CostModel):
@@ -64,7 +62,7 @@ class LongSpecDraftCost(CostModel):
         self.window = window
         # the cross-attention block's operators over a decoder layer's: the share of a
         # layer's host issue time the block adds under an eager runtime
-        layer = [op for op in super().ops(1, 1, 1) if op.op not in _OUTSIDE]
+        layer = layer_ops(super().ops(1, 1, 1))
         self.cross_share = len(self.cross_attention_ops(1, 1, 1)) / len(layer)
 
     def ops(self, batch: Any, new_tokens: Any, context_len: Any, **ssm: Any) -> list[OpCost]:
@@ -95,12 +93,11 @@ class LongSpecDraftCost(CostModel):
                            tokens=tokens, kind="attention")
         return [*block[:2], attention, *block[2:]]
 
-    def host_time(self, context_len: Any) -> np.ndarray:
-        """A layer's host time and `cross_share` of another: an eager host issues the
-        cross-attention block's operators one by one as it does the layer's."""
-        r = self.runtime
-        layer = np.where(np.asarray(context_len) == 0, r.prefill_host_layer_s, r.host_layer_s)
-        return super().host_time(context_len) + self.cross_share * layer
+    @property
+    def host_layers(self) -> float:
+        """A layer and `cross_share` of another: an eager host issues the cross-attention
+        block's operators one by one as it does the layer's."""
+        return super().host_layers + self.cross_share
 
 
 def draft_spec(target: ModelSpec) -> ModelSpec:

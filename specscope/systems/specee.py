@@ -40,14 +40,13 @@ exit decision needs inside a CUDA-graph engine are not priced.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
 from specscope.hw_profiles import CostModel
 from specscope.hw_profiles.cost import StepCost
-from specscope.models.ops import OpCost, linear_op
+from specscope.models.ops import OUTSIDE_LAYERS, OpCost, layer_ops, linear_op, scale_op
 from specscope.systems.base import System, SystemCosts
 from specscope.systems.case import Case
 from specscope.systems.head import head_model
@@ -62,9 +61,6 @@ FEATURES_PER_CANDIDATE = 3
 SPECULATORS = ("head", "none")
 PREDICTOR = ("predictor_logits", "predictor_mlp_in", "predictor_mlp_out")
 """The operators of one predictor run (one fused kernel)."""
-_OUTSIDE = ("embedding", "final_norm", "lm_head")
-"""Operators of a forward outside its decoder layers."""
-_SCALED = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "qweights", "reduce_bytes")
 
 OPTIONS: dict[str, type | tuple[type, ...]] = {
     "exit_layers": (int, float), "exit_fraction": (int, float), "candidates": int,
@@ -94,19 +90,17 @@ def predictors_per_token(layers: int, exit_layers: float) -> float:
 
 
 class EarlyExitCost(CostModel):
-    """`plain` running `exit_layers` of its layers per token, plus `predictors` predictor runs
-    per token over `candidates` speculative tokens (module docstring)."""
+    """A target running `exit_layers` of its layers per token, plus `predictors` predictor runs
+    per token over `candidates` speculative tokens (module docstring); `plain` is the same
+    target without early exits."""
 
-    def __init__(self, plain: CostModel, *, exit_layers: float, predictors: float,
-                 candidates: int, hidden: int) -> None:
-        super().__init__(plain.hw, plain.model, weight_bits=plain.weight_bits, tp=plain.tp,
-                         group_size=plain.group_size, runtime=plain.runtime.name,
-                         tree_attention=plain.tree_attention, act_bits=plain.act_bits,
-                         quant_lm_head=plain.quant_lm_head)
-        self.plain, self.exit_layers, self.predictors = plain, exit_layers, predictors
+    def __init__(self, *args: Any, exit_layers: float, predictors: float, candidates: int,
+                 hidden: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plain = self.variant(CostModel)
+        self.exit_layers, self.predictors = exit_layers, predictors
         self.candidates, self.hidden = candidates, hidden
-        layer = [op for op in plain.ops(1, 1, 1) if op.op not in _OUTSIDE]
-        self.predictor_share = 1 / len(layer)
+        self.predictor_share = 1 / len(layer_ops(self.plain.ops(1, 1, 1)))
         """A predictor run's per-layer terms as a share of a decoder layer's (one fused kernel
         over a layer's operators)."""
 
@@ -118,41 +112,35 @@ class EarlyExitCost(CostModel):
     def ops(self, batch: Any, new_tokens: Any, context_len: Any, **ssm: Any) -> list[OpCost]:
         """The decoder layers' operators scaled to the layers run (their all-reduce bytes too;
         `extras` adds the latency), then the predictors'."""
-        out = [op if op.op in _OUTSIDE else
-               dataclasses.replace(op, **{k: getattr(op, k) * self.share for k in _SCALED})
+        out = [op if op.op in OUTSIDE_LAYERS else scale_op(op, self.share)
                for op in super().ops(batch, new_tokens, context_len, **ssm)]
         if self.predictors:
             tokens = np.asarray(batch, dtype=float) * np.asarray(new_tokens, dtype=float)
             shapes = ((self.model.d_model, self.candidates),
                       (FEATURES_PER_CANDIDATE * self.candidates, self.hidden), (self.hidden, 1))
             for name, (d_in, d_out) in zip(PREDICTOR, shapes, strict=True):
-                op = linear_op(name, 1, tokens, d_in, d_out, 2.0, False)
-                out.append(dataclasses.replace(
-                    op, **{k: getattr(op, k) * self.predictors for k in _SCALED}))
+                out.append(scale_op(linear_op(name, 1, tokens, d_in, d_out, 2.0, False),
+                                    self.predictors))
         return out
 
     @property
-    def layer_runs(self) -> float:
-        """Decoder layers' worth of per-layer terms a token pays beyond the plain target's:
-        the layers skipped (negative) and the predictor runs' share."""
-        return self.exit_layers - self.model.n_layers + self.predictors * self.predictor_share
+    def device_layers(self) -> float:
+        """The layers run and the predictor runs' share of a layer's per-layer terms."""
+        return self.exit_layers + self.predictors * self.predictor_share
+
+    @property
+    def host_layers(self) -> float:
+        """As `device_layers`: an eager host issues the layers run and the predictors."""
+        return self.device_layers
 
     def extras(self, ops: list[OpCost]) -> dict[str, np.ndarray]:
-        """The per-layer device term for the layers run and the predictors, and the all-reduce
-        latency of the layers run only."""
+        """The plain terms, with the all-reduce latency of the layers run only."""
         out = super().extras(ops)
-        out["overhead"] = out["overhead"] + self.layer_runs * self.runtime.layer_s
         if self.tp > 1:
-            reduces = sum(op.count for op in ops
-                          if op.op not in _OUTSIDE and np.any(np.asarray(op.reduce_bytes) > 0))
+            reduces = sum(op.count for op in layer_ops(ops)
+                          if np.any(np.asarray(op.reduce_bytes) > 0))
             out["comm"] = out["comm"] + (self.share - 1) * reduces * self.hw.allreduce_latency_s
         return out
-
-    def host_time(self, context_len: Any) -> np.ndarray:
-        """The host's issue time for the layers run and the predictors (eager: per operator)."""
-        r = self.runtime
-        layer = np.where(np.asarray(context_len) == 0, r.prefill_host_layer_s, r.host_layer_s)
-        return super().host_time(context_len) + self.layer_runs * layer
 
     def forward(self, batch: int, new_tokens: Any, context_len: Any) -> StepCost:
         """The plain target's forward (measured where the profile measured it) scaled by this
@@ -198,7 +186,7 @@ def costs(case: Case) -> SystemCosts:
     plain = target_model(case)
     layers = plain.model.n_layers
     exit_layers, candidates, hidden, speculator = _options(case, layers)
-    target = EarlyExitCost(plain, exit_layers=exit_layers, candidates=candidates,
+    target = plain.variant(EarlyExitCost, exit_layers=exit_layers, candidates=candidates,
                            hidden=hidden, predictors=predictors_per_token(layers, exit_layers))
     if speculator == "none":
         return SystemCosts(target, None, "none", lossy=exit_layers < layers)
