@@ -15,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles import CostModel
 from specscope.models.ops import OpCost, linear_op
 from specscope.models.spec import ModelSpec
 from specscope.systems.base import System, SystemCosts
 from specscope.systems.case import Case
-from specscope.systems.step import Prediction, pricing, speculative, target_model
+from specscope.systems.step import Prediction, cost_model, pricing, speculative, target_model
 
 
 def head_spec(target: ModelSpec) -> ModelSpec:
@@ -41,7 +41,7 @@ class HeadCost(CostModel):
 
 def head_model(case: Case, target: ModelSpec) -> HeadCost:
     """The head of `target` on the case's hardware and runtime."""
-    return HeadCost(load_profile(case.hw), head_spec(target), runtime=case.runtime)
+    return cost_model(case, head_spec(target), cls=HeadCost)
 
 
 def costs(case: Case) -> SystemCosts:

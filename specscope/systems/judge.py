@@ -123,9 +123,7 @@ def costs(case: Case) -> SystemCosts:
     if judge_rate(case) == 0.0:
         return SystemCosts(plain, draft, f"draft:{case.draft}")
     alpha, judged = acceptance(case)
-    target = JudgeTargetCost(plain.hw, plain.model, weight_bits=plain.weight_bits, tp=plain.tp,
-                             runtime=plain.runtime.name, act_bits=plain.act_bits,
-                             quant_lm_head=plain.quant_lm_head)
+    target = plain.variant(JudgeTargetCost)
     return SystemCosts(target, draft, f"draft:{case.draft}", acceptance_scale=judged / alpha,
                        lossy=True)
 

@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles import CostModel
 from specscope.models.ops import ACT_BYTES, OpCost, layer_ops
 from specscope.models.spec import ModelSpec
 from specscope.systems.base import System, SystemCosts
 from specscope.systems.case import Case
 from specscope.systems.head import head_spec
-from specscope.systems.step import Prediction, pricing, speculative, target_model
+from specscope.systems.step import Prediction, cost_model, pricing, speculative, target_model
 
 WINDOW = 512
 """The draft's sliding window in tokens (`llama_glide.py`: `window_size=(512, -1)`)."""
@@ -114,8 +114,7 @@ def _window(case: Case) -> int:
 
 def draft_model(case: Case, target: ModelSpec) -> LongSpecDraftCost:
     """LongSpec's draft of `target` on the case's hardware and runtime, at its `window`."""
-    return LongSpecDraftCost(load_profile(case.hw), draft_spec(target), runtime=case.runtime,
-                             window=_window(case))
+    return cost_model(case, draft_spec(target), cls=LongSpecDraftCost, window=_window(case))
 
 
 def costs(case: Case) -> SystemCosts:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.models import get_model
@@ -53,19 +55,25 @@ class Prediction:
         return self.step_s / self.tokens_per_step
 
 
-def cost_model(case: Case, spec: ModelSpec | str, *, weight_bits: int | None = None,
-               act_bits: int = 16, tp: int = 1, quant_lm_head: bool = True) -> CostModel:
-    """A cost model on the case's hardware and runtime (split tree attention)."""
+_profile = cache(load_profile)
+"""Profiles by name, read once per process (a reproduce run prices ~200 cost models)."""
+
+
+def cost_model(case: Case, spec: ModelSpec | str, *, cls: type[CostModel] = CostModel,
+               weight_bits: int | None = None, act_bits: int = 16, tp: int = 1,
+               quant_lm_head: bool = True, **extra: Any) -> CostModel:
+    """A cost model (`cls`, a mechanism's subclass taking `extra` keywords) on the case's
+    hardware and runtime (split tree attention)."""
     model = get_model(spec) if isinstance(spec, str) else spec
-    return CostModel(load_profile(case.hw), model, weight_bits=weight_bits, tp=tp,
-                     runtime=case.runtime, act_bits=act_bits, quant_lm_head=quant_lm_head)
+    return cls(_profile(case.hw), model, weight_bits=weight_bits, tp=tp, runtime=case.runtime,
+               act_bits=act_bits, quant_lm_head=quant_lm_head, **extra)
 
 
-def target_model(case: Case) -> CostModel:
+def target_model(case: Case, cls: type[CostModel] = CostModel, **extra: Any) -> CostModel:
     """The case's target at its weight and activation bits and tp; a quantised target keeps its
     lm_head at 16 bits, as GPTQ, AWQ and Marlin checkpoints do."""
-    return cost_model(case, case.target, weight_bits=case.weight_bits, act_bits=case.act_bits,
-                      tp=case.tp, quant_lm_head=False)
+    return cost_model(case, case.target, cls=cls, weight_bits=case.weight_bits,
+                      act_bits=case.act_bits, tp=case.tp, quant_lm_head=False, **extra)
 
 
 def pricing(case: Case, target: CostModel, draft: CostModel | None,

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from specscope.hw_profiles import load_profile
 from specscope.models import get_model
 from specscope.models.ops import OpCost, linear_op
 from specscope.models.spec import ModelSpec
@@ -94,7 +93,7 @@ def draft_model(case: Case, target: ModelSpec) -> HeadCost:
     """ViSpec's head of `target`: the EAGLE head, with `img_fc` when the request has images."""
     if not case.images:
         return head_model(case, target)
-    return ViSpecHeadCost(load_profile(case.hw), head_spec(target), runtime=case.runtime)
+    return cost_model(case, head_spec(target), cls=ViSpecHeadCost)
 
 
 def costs(case: Case) -> SystemCosts:
