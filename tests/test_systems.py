@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -95,14 +94,11 @@ def test_malformed_and_missing_scenario_files_exit_2(capsys: pytest.CaptureFixtu
 # ---- reproduce ------------------------------------------------------------------------------
 
 
-def test_reproduce_the_shipped_papers_quickly_with_every_json_key(
+def test_reproduce_the_shipped_papers_with_every_json_key(
         capsys: pytest.CaptureFixture[str]) -> None:
-    start = time.perf_counter()
     code, out, err = _cli(capsys, "reproduce", str(PAPERS), "--json")
-    elapsed = time.perf_counter() - start
     assert code == 0, err
     rows = json.loads(out)
-    assert elapsed < 10.0  # the bound on 2 cores (in-process: no interpreter start)
     systems = {r["system"] for r in rows}
     assert systems <= set(SYSTEMS) and {"head", "hierspec"} <= systems
     for r in rows:

@@ -172,10 +172,10 @@ def _type_name(expected: type | tuple[type, ...]) -> str:
 
 def _check(case: Case) -> None:
     """Ranges every system shares."""
-    minimum = case.tau if case.tau_includes_bonus else case.tau + 1.0
-    if minimum < 1.0:
+    if case.tokens_per_step < 1.0:
         what = "τ (bonus counted)" if case.tau_includes_bonus else "τ + 1"
-        raise case.fail(f"{what} = {minimum:g} is below 1: a step yields at least one token")
+        raise case.fail(f"{what} = {case.tokens_per_step:g} is below 1: a step yields at "
+                        "least one token")
     for key in ("batch", "new_tokens", "tp"):
         if getattr(case, key) < 1:
             raise case.fail(f"{key} = {getattr(case, key)} must be at least 1")
@@ -196,8 +196,8 @@ def _check(case: Case) -> None:
             raise case.fail(f"{key} = {value:g} must be positive")
 
 
-def read_case_tables(path: Path) -> list[tuple[dict[str, Any], str]]:
-    """The `[[case]]` tables of one TOML file, each with the file's name for messages."""
+def read_case_tables(path: Path) -> list[dict[str, Any]]:
+    """The `[[case]]` tables of one TOML file."""
     where = str(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -211,5 +211,5 @@ def read_case_tables(path: Path) -> list[tuple[dict[str, Any], str]]:
     tables = data.get("case", [])
     if not isinstance(tables, list) or not tables:
         raise InputError(f"{where}: no [[case]] tables")
-    return [(dict(t), where) for t in tables]
+    return [dict(t) for t in tables]
 

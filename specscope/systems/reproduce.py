@@ -73,7 +73,8 @@ def read_cases(path: str | Path) -> list[Case]:
         raise InputError(f"{path}: no such scenario file or folder")
     cases, names = [], set()
     for file in files:
-        for table, where in read_case_tables(file):
+        where = str(file)
+        for table in read_case_tables(file):
             system = SYSTEMS.get(str(table.get("system")))
             if system is None:
                 raise InputError(f"{where}: case {table.get('name')!r}: unknown system "
@@ -93,7 +94,7 @@ def predict_case(case: Case) -> Prediction:
         if case.baseline == "autoregressive":
             return prediction
         base = dataclasses.replace(case, system=case.baseline, tau=case.baseline_tau,
-                                   tau_includes_bonus=case.tau_includes_bonus, options={})
+                                   options={})
         per_token = SYSTEMS[case.baseline].predict(base).seconds_per_token
     except InputError as exc:
         message = str(exc)

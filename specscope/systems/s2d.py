@@ -57,7 +57,7 @@ def sub_drafts(case: Case) -> list[tuple[int, float]]:
         if not 1 <= k <= full:
             raise case.fail(f"sub-draft of {k} layers: {case.draft} has 1..{full}")
     for tau in taus:
-        if (tau if case.tau_includes_bonus else tau + 1.0) < 1.0:
+        if dataclasses.replace(case, tau=tau).tokens_per_step < 1.0:
             raise case.fail(f"sub_tau {tau:g} is below 1 token per step")
     return list(zip(layers, taus, strict=True))
 
@@ -82,9 +82,8 @@ def choose(case: Case) -> tuple[int, Prediction]:
     """The sub-draft (its layers) with the highest predicted speedup, and its prediction."""
     if not case.tree:
         raise case.fail("system s2d needs a tree (tokens per level)")
-    best = max(((k, _predict_sub(case, k, tau)) for k, tau in sub_drafts(case)),
+    return max(((k, _predict_sub(case, k, tau)) for k, tau in sub_drafts(case)),
                key=lambda kp: kp[1].speedup)
-    return best
 
 
 def _costs(case: Case, layers: int) -> SystemCosts:
