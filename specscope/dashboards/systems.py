@@ -11,10 +11,12 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from specscope.dashboards.load import Results, profiles
+from specscope.dashboards.load import Results
 from specscope.dashboards.style import Section, finish
 from specscope.errors import InputError
-from specscope.systems.reproduce import predict_case
+from specscope.hw_profiles import load_profile
+from specscope.hw_profiles.profile import list_profiles
+from specscope.systems.reproduce import Reproduced, predict_case
 
 REPRODUCE_GUIDE = (
     "Each row is one setup a paper published, priced by specscope's mechanism for that system "
@@ -41,15 +43,16 @@ def reproduce_section(results: Results) -> Section:
         return Section("reproduce", title, REPRODUCE_GUIDE,
                        note="needs paper scenario TOMLs ([[case]] tables, examples/papers/)")
     rows = []
-    for case in results.scenarios:
-        p = predict_case(case)
-        published = case.published_speedup
-        predicted = p.speedup if published is not None else p.tokens_per_s
-        reference = published if published is not None else case.published_tokens_per_s
-        unit = "×" if published is not None else " tok/s"
+    for r in (Reproduced(case, predict_case(case)) for case in results.scenarios):
+        case, p = r.case, r.prediction
+        if r.compared == "speedup":
+            predicted, published = f"{p.speedup:.2f}×", f"{case.published_speedup:.2f}×"
+        else:
+            predicted = f"{p.tokens_per_s:.2f} tok/s"
+            published = f"{case.published_tokens_per_s:.2f} tok/s"
         rows.append((case.name, case.system + (" (lossy)" if p.lossy else ""), case.hw,
-                     f"{p.tokens_per_step:.2f}", f"{predicted:.2f}{unit}",
-                     f"{reference:.2f}{unit}", f"{predicted / reference - 1:+.1%}", case.setup))
+                     f"{p.tokens_per_step:.2f}", predicted, published, f"{r.rel_err:+.1%}",
+                     case.setup))
     header = ["case", "system", "hw", "τ", "predicted", "published", "rel err", "setup"]
     fig = go.Figure(go.Table(header={"values": header, "align": "left"},
                              cells={"values": list(zip(*rows, strict=True)), "align": "left"}))
@@ -64,8 +67,7 @@ def systems_hardware_section(results: Results) -> Section:
     if not results.scenarios:
         return Section("systems-hardware", title, HARDWARE_GUIDE,
                        note="needs paper scenario TOMLs ([[case]] tables, examples/papers/)")
-    shipped = [hw for _, hw in profiles(results)][len(results.profiles):]
-    chosen = [hw for hw in shipped
+    chosen = [hw for hw in map(load_profile, list_profiles())
               if hw.kind == "gpu" or any(c.hw == hw.name for c in results.scenarios)]
     labels = [hw.name for hw in chosen]
     z, text = [], []
