@@ -143,11 +143,7 @@ def reproduce_table(rows: list[Any]) -> Table:
                          no_wrap=not left, min_width={"case": 14, "system, hw": 10}.get(col))
     for r in rows:
         p, case = r.prediction, r.case
-        if r.compared == "speedup":
-            pred, pub = f"{r.predicted_speedup:.2f}×", f"{case.published_speedup:.2f}×"
-        else:
-            pred = f"{p.tokens_per_s:,.0f} tok/s"
-            pub = f"{case.published_tokens_per_s:,.0f} tok/s"
+        pred, pub = r.shown(0)
         name = case.name + (" †" if case.setup == "partial" else "")
         table.add_row(name, f"{case.system}{' ⚠' if p.lossy else ''}\n{case.hw}",
                       f"{p.tokens_per_step:.2f}", pred, pub, f"{r.rel_err:+.1%}")

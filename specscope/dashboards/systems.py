@@ -45,11 +45,7 @@ def reproduce_section(results: Results) -> Section:
     rows = []
     for r in (Reproduced(case, predict_case(case)) for case in results.scenarios):
         case, p = r.case, r.prediction
-        if r.compared == "speedup":
-            predicted, published = f"{p.speedup:.2f}×", f"{case.published_speedup:.2f}×"
-        else:
-            predicted = f"{p.tokens_per_s:.2f} tok/s"
-            published = f"{case.published_tokens_per_s:.2f} tok/s"
+        predicted, published = r.shown(2)
         rows.append((case.name, case.system + (" (lossy)" if p.lossy else ""), case.hw,
                      f"{p.tokens_per_step:.2f}", predicted, published, f"{r.rel_err:+.1%}",
                      case.setup))

@@ -36,11 +36,25 @@ class Reproduced:
         return "speedup" if self.case.published_speedup is not None else "tokens/s"
 
     @property
+    def figures(self) -> tuple[float, float]:
+        """(predicted, published) of what the paper published (`compared`)."""
+        if self.case.published_speedup is not None:
+            return self.predicted_speedup, self.case.published_speedup
+        return self.prediction.tokens_per_s, self.case.published_tokens_per_s
+
+    def shown(self, digits: int) -> tuple[str, str]:
+        """(predicted, published) as text with their unit, `digits` after the point for a
+        rate (speedups always 2)."""
+        predicted, published = self.figures
+        if self.compared == "speedup":
+            return f"{predicted:.2f}×", f"{published:.2f}×"
+        return f"{predicted:,.{digits}f} tok/s", f"{published:,.{digits}f} tok/s"
+
+    @property
     def rel_err(self) -> float:
         """(predicted − published) / published, on what the paper published."""
-        if self.case.published_speedup is not None:
-            return self.predicted_speedup / self.case.published_speedup - 1.0
-        return self.prediction.tokens_per_s / self.case.published_tokens_per_s - 1.0
+        predicted, published = self.figures
+        return predicted / published - 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """The `--json` record of this case."""
