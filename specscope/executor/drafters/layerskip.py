@@ -146,21 +146,6 @@ def choose_exit(hits: torch.Tensor, seen: int, exits: Sequence[int], gamma: int,
     return max(range(len(exits)), key=scores.__getitem__)
 
 
-class _LayerCount:
-    """`mean_layers`: the mean layers a draft position ran, over every one counted so far
-    (steps, or collected positions); before any, the value it starts from."""
-
-    def __init__(self, start: float) -> None:
-        self.mean_layers, self._drafts = start, 0
-
-    def count(self, layers: int, drafts: int = 1) -> None:
-        """`drafts` more positions that ran `layers` layers each."""
-        if drafts:
-            total = self._drafts + drafts
-            self.mean_layers = (self.mean_layers * self._drafts + layers * drafts) / total
-            self._drafts = total
-
-
 def _cached(target: Model) -> CachedModel:
     if not isinstance(target, CachedModel):
         raise InputError(f"--drafter layerskip needs a Transformer or Hugging Face target; "
@@ -168,7 +153,37 @@ def _cached(target: Model) -> CachedModel:
     return target
 
 
-class LayerSkipDrafter(DraftModelDrafter):
+class _SelfDrafter(DraftModelDrafter):
+    """What both layer-skip drafters share: their source and options, the target's layer count,
+    and `mean_layers`, the mean layers a draft position ran over every one counted so far (steps,
+    or collected positions; `start_layers` before any). The trace's metadata records the scalar
+    attributes (`mean_layers` and `target_layers` price the drafter in optimize-tree) and
+    `notes`."""
+
+    def __init__(self, model: Model, options: LayerSkipOptions, target_layers: int,
+                 start_layers: int, sample: str | None, temperature: float,
+                 generator: torch.Generator | None) -> None:
+        super().__init__(model, sample, temperature, generator)
+        self.source = LAYERSKIP
+        self.layer_skip, self.mode = options, options.mode
+        self.target_layers = target_layers
+        self.mean_layers = float(start_layers)
+        self._drafts = 0
+
+    @property
+    def notes(self) -> dict:
+        """What the trace's metadata records beyond the scalar settings: the options."""
+        return {"options": asdict(self.layer_skip)}
+
+    def _count(self, layers: int, drafts: int = 1) -> None:
+        """`drafts` more positions that ran `layers` layers each."""
+        if drafts:
+            total = self._drafts + drafts
+            self.mean_layers = (self.mean_layers * self._drafts + layers * drafts) / total
+            self._drafts = total
+
+
+class LayerSkipDrafter(_SelfDrafter):
     """The target with a set of layers skipped: a fixed set, or SWIFT's set optimised on the
     first requests (module docstring). `search` holds each scored candidate's match rate and
     TPL (keyed by its skipped layers), `skipped` the set drafting now. Under a compiled or
@@ -187,28 +202,18 @@ class LayerSkipDrafter(DraftModelDrafter):
         if not skip or skip[0] < 0 or skip[-1] >= total or len(skip) == total:
             raise InputError(f"--layer-skip: skip {list(options.skip)} must be a non-empty "
                              f"proper subset of the target's layers 0..{total - 1}")
-        super().__init__(self._view(skip), sample, temperature, generator)
-        self.source = LAYERSKIP
-        self.layer_skip = options
-        self.mode = options.mode
+        super().__init__(self._view(skip), options, total, total - len(skip), sample,
+                         temperature, generator)
         self.skipped = layer_label(skip)
-        self.layers = _LayerCount(float(total - len(skip)))
         self.search: dict[str, dict[str, float]] = {}
         self._skip = skip
         self._texts: list[tuple[int, list[int]]] = []
         self._prompt: list[int] = []
 
     @property
-    def mean_layers(self) -> float:
-        """The mean layers a draft position ran so far."""
-        return self.layers.mean_layers
-
-    @property
     def notes(self) -> dict:
-        """What the trace's metadata records beyond the scalar settings: the options, SWIFT's
-        search (every candidate's score) and the mean layers drafted with."""
-        return {"options": asdict(self.layer_skip), "search": self.search,
-                "mean_layers": self.mean_layers}
+        """The options and SWIFT's search (every candidate's score)."""
+        return {**super().notes, "search": self.search}
 
     def start(self, prompt: Sequence[int], capacity: int) -> None:
         self._prompt = list(prompt)
@@ -216,10 +221,10 @@ class LayerSkipDrafter(DraftModelDrafter):
 
     def begin(self, context: Sequence[int]) -> None:
         super().begin(context)
-        self.layers.count(self.target_layers - len(self._skip))
+        self._count(self.target_layers - len(self._skip))
 
     def truth_logits(self, truth: Sequence[int]) -> torch.Tensor:
-        self.layers.count(self.target_layers - len(self._skip), len(truth) - len(self._prompt))
+        self._count(self.target_layers - len(self._skip), len(truth) - len(self._prompt))
         return super().truth_logits(truth)
 
     def finish(self, output: Sequence[int]) -> None:
@@ -308,7 +313,7 @@ class EarlyExitModel:
         return logits
 
 
-class DynamicExitDrafter(DraftModelDrafter):
+class DynamicExitDrafter(_SelfDrafter):
     """DEL: the first E layers draft, E chosen per step from the committed positions' match
     rates (module docstring). `mean_layers` is the mean exit over the drafts so far."""
 
@@ -324,24 +329,9 @@ class DynamicExitDrafter(DraftModelDrafter):
             raise InputError(f"--layer-skip del: exits {list(options.exits)} must lie in "
                              f"1..{total} (a {total}-layer target has none below {total})")
         model = EarlyExitModel(module, exits, f"{target.name}/exit", target.runtime)
-        super().__init__(model, sample, temperature, generator)
-        self.source = LAYERSKIP
-        self.layer_skip = options
-        self.mode = options.mode
-        self.target_layers = total
-        self.layers = _LayerCount(float(exits[-1]))
+        super().__init__(model, options, total, exits[-1], sample, temperature, generator)
         self._hits: deque[torch.Tensor] = deque(maxlen=options.window)
         self._prompt_len = 0
-
-    @property
-    def mean_layers(self) -> float:
-        """The mean exit over the drafts so far."""
-        return self.layers.mean_layers
-
-    @property
-    def notes(self) -> dict:
-        """The options and the mean exit, for the trace's metadata."""
-        return {"options": asdict(self.layer_skip), "mean_layers": self.mean_layers}
 
     def start(self, prompt: Sequence[int], capacity: int) -> None:
         self._hits.clear()
@@ -358,7 +348,7 @@ class DynamicExitDrafter(DraftModelDrafter):
         logits = self.model.start(torch.tensor(truth), len(truth))
         chosen = self._root_exits(logits, truth)
         for e in chosen[self._prompt_len - 1 :]:
-            self.layers.count(self.model.exits[e])
+            self._count(self.model.exits[e])
         return logits[chosen, torch.arange(len(chosen))]
 
     def truth_proposals(self, truth: Sequence[int], prompt_len: int,
@@ -407,7 +397,7 @@ class DynamicExitDrafter(DraftModelDrafter):
             len(self.model.exits), dtype=torch.long)
         e = self._choose(hits, len(self._hits))
         self.model.exit = self.model.exits[e]
-        self.layers.count(self.model.exit)
+        self._count(self.model.exit)
         self._set_forwarded(Tree.root(), [0], pending[-1:], logits[e, -1:])
 
     def _observe(self, logits: torch.Tensor, following: Sequence[int]) -> None:
@@ -419,7 +409,6 @@ class DynamicExitDrafter(DraftModelDrafter):
     def _choose(self, hits: torch.Tensor, seen: int) -> int:
         return choose_exit(hits, seen, self.model.exits, self.layer_skip.gamma,
                            self.target_layers)
-
 
 
 def layer_skip_drafter(target: Model, options: LayerSkipOptions, sample: str | None = None,
