@@ -20,8 +20,9 @@ drafter works with any tree method.
 - `StandDrafter` (STAND): an n-gram table of the target's own next-token distributions; top-k,
   or children drawn by Gumbel-top-k for Sequoia verification.
 
-One module per kind: `base` (the interface, `propose_chain`), `draft_model`, `model_free`
-(n-gram, suffix, recycling), `goose` and `stand`; `make_drafter` builds one by name.
+One module per kind: `base` (the interface, `Composite`, `propose_chain`), `draft_model`,
+`model_free` (n-gram, suffix, recycling), `goose`, `rasd`, `layerskip` and `stand`;
+`make_drafter` builds one by name.
 
 Life cycle, driven by the executor and by trace collection: `start` (new request), then per step
 `begin` (committed context; its last token is the root), `propose` (level by level), `update`
@@ -83,7 +84,8 @@ def make_drafter(
         return StandDrafter(vocab_size, sample=sample, temperature=temperature,
                             generator=generator)
     if sample is not None:
-        raise InputError(f"sampled drafts need --drafter draft or stand, not {name!r}")
+        raise InputError(f"sampled drafts need --drafter layerskip, draft or stand, "
+                         f"not {name!r}")
     if name == "ngram":
         return NgramDrafter()
     if name == "suffix":

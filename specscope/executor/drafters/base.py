@@ -74,8 +74,6 @@ class Drafter:
                 self.nodes[v.id] = v
 
 
-
-
 class Composite(Drafter):
     """A drafter made of `parts` (Goose's spine and branches, RASD's draft and retrieval): what
     the target computed, accepted and finished reaches every part."""
