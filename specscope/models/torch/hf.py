@@ -108,13 +108,12 @@ class HFCausalLM:
         committed prefix. Later entries stay, as in `Transformer`'s cache (the next pass drops
         them): a draft model that commits a chain but its last token, then that token as the
         root of the tree it ran last, still finds it there."""
-        nodes = torch.as_tensor(list(accepted_nodes), dtype=torch.long, device=self.device)
-        moved = committed_len + torch.arange(nodes.numel(), device=self.device)
+        source = committed_len + torch.as_tensor(list(accepted_nodes), dtype=torch.long,
+                                                 device=self.device)
+        moved = committed_len + torch.arange(source.numel(), device=self.device)
         for layer in self.cache.layers:
-            layer.keys = layer.keys.index_copy(-2, moved, layer.keys.index_select(
-                -2, committed_len + nodes))
-            layer.values = layer.values.index_copy(-2, moved, layer.values.index_select(
-                -2, committed_len + nodes))
+            layer.keys = layer.keys.index_copy(-2, moved, layer.keys.index_select(-2, source))
+            layer.values = layer.values.index_copy(-2, moved, layer.values.index_select(-2, source))
 
     def _new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.model.config)
