@@ -6,13 +6,12 @@ from __future__ import annotations
 import polars as pl
 import pytest
 import torch
-from tiny_pair import perturbed_pair, repeating_prompts
+from tiny_pair import perturbed_pair, repeating_prompts, tiny_spec
 
 from specscope.executor.collect import collect, collect_tokens
 from specscope.executor.drafters import make_drafter
 from specscope.executor.loop import decode_speculative
 from specscope.executor.methods import static_method
-from specscope.models.spec import ModelSpec
 from specscope.models.zoo import weights_path
 from specscope.optimizers.baselines import best_first_tree
 from specscope.optimizers.run import OptimizeRequest, run_optimize
@@ -22,8 +21,7 @@ from specscope.tree import Tree
 torch.set_num_threads(1)
 
 V = 61
-TARGET = ModelSpec(name="tiny-target", arch="transformer", n_layers=2, d_model=32, vocab_size=V,
-                   n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=96)
+TARGET = tiny_spec("tiny-target", V, max_seq_len=96)
 DRAFTERS = ("draft", "ngram", "suffix", "recycle")
 MAX_NEW = 16
 # optimize-tree prices a `draft:<name>` source by its catalogue entry, so the tiny draft borrows

@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from tiny_pair import tiny_spec
 
 from specscope.executor.drafters import (
     DraftModelDrafter,
@@ -18,15 +19,13 @@ from specscope.executor.drafters import (
     propose_chain,
 )
 from specscope.executor.targets import wrap
-from specscope.models.spec import ModelSpec
 from specscope.models.torch import Transformer
 from specscope.optimizers.dyspec import DraftNode
 
 torch.set_num_threads(1)
 
 V = 50
-SPEC = ModelSpec(name="tiny-draft", arch="transformer", n_layers=2, d_model=32, vocab_size=V,
-                 n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=128)
+SPEC = tiny_spec("tiny-draft", V)
 
 
 def root(context: list[int]) -> DraftNode:

@@ -16,7 +16,7 @@ from functools import cache
 import numpy as np
 import pytest
 import torch
-from tiny_pair import save_tiny_llama
+from tiny_pair import noisy_copy, save_tiny_llama, self_repeating_prompts, tiny_spec
 
 from specscope.errors import InputError
 from specscope.executor.drafters import DRAFTERS, make_drafter
@@ -55,32 +55,9 @@ SSM_DRAFTERS = BASE_DRAFTERS
 """Drafters of SSM targets (self-speculation skips layers of a Transformer)."""
 ZOO_CASES = [(d, a) for d in DRAFTERS for a in METHODS
              if d in BASE_DRAFTERS or a in ("sequoia", "dyspec")]
-LLAMA = ModelSpec(name="tiny-llama", arch="transformer", n_layers=2, d_model=32, vocab_size=V,
-                  n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=64)
+LLAMA = tiny_spec("tiny-llama", V, max_seq_len=64)
 MAMBA = ModelSpec(name="tiny-mamba2", arch="ssm", n_layers=2, d_model=32, vocab_size=V,
                   d_state=16, ssm_heads=8, ssm_head_dim=8, ssm_groups=2)
-
-
-def noisy_copy(model: torch.nn.Module, spec: ModelSpec, scale: float = 0.05) -> torch.nn.Module:
-    """A draft: `model`'s weights plus relative noise, as a module of the same class."""
-    copy = type(model)(spec).to(torch.float64)
-    copy.load_state_dict(model.state_dict())
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in copy.parameters():
-            if p.ndim >= 2:
-                p.add_(scale * p.std() * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return copy.eval()
-
-
-def self_repeating_prompts(target: Model, count: int) -> list[list[int]]:
-    """Prompts `start + continuation(start) + start`: their continuation tends to copy."""
-    rng = np.random.default_rng(0)
-    prompts = []
-    for _ in range(count):
-        start = rng.integers(0, V, 5).tolist()
-        prompts.append(start + decode_autoregressive(target, start, 8).output + start)
-    return prompts
 
 
 class Case:

@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from tiny_pair import save_tiny_llama
+from tiny_pair import repeating_prompts, save_tiny_llama, tiny_spec
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specscope.errors import InputError
@@ -47,8 +47,7 @@ torch.set_num_threads(1)
 
 V = 61
 MAX_NEW = 16
-SPEC = ModelSpec(name="tiny-self", arch="transformer", n_layers=4, d_model=32, vocab_size=V,
-                 n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=160)
+SPEC = tiny_spec("tiny-self", V, n_layers=4, max_seq_len=160)
 FIXED = LayerSkipOptions("fixed", (2,))
 SWIFT = LayerSkipOptions("swift", search_requests=2)
 DEL = LayerSkipOptions("del", window=4)
@@ -71,12 +70,7 @@ def target() -> Model:
 
 @pytest.fixture(scope="module")
 def prompts() -> list[list[int]]:
-    rng = np.random.default_rng(0)
-    out = []
-    for _ in range(5):
-        start = rng.integers(0, V, 6).tolist()
-        out.append(start + rng.integers(0, V, 4).tolist() + start)
-    return out
+    return repeating_prompts(V, 5)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 import torch
-from tiny_pair import perturbed_pair, repeating_prompts
+from tiny_pair import perturbed_pair, repeating_prompts, tiny_spec
 
 from specscope.errors import InputError
 from specscope.executor.collect import collect_tokens
@@ -21,7 +21,6 @@ from specscope.executor.generate import generate
 from specscope.executor.loop import decode_speculative, speculative_generate
 from specscope.executor.methods import draft_static, dyspec_method, static_method
 from specscope.executor.targets import load_model
-from specscope.models.spec import ModelSpec
 from specscope.models.zoo import weights_path
 from specscope.models.zoo.prompts import load_prompts
 from specscope.optimizers.baselines import best_first_tree
@@ -33,8 +32,7 @@ from specscope.tree import Tree
 torch.set_num_threads(1)
 
 V = 61
-SPEC = ModelSpec(name="tiny-target", arch="transformer", n_layers=2, d_model=32, vocab_size=V,
-                 n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=128)
+SPEC = tiny_spec("tiny-target", V)
 # optimize-tree prices a `rasd:<name>` source as its draft model's catalogue entry
 DRAFT_NAME = "llama-68m"
 # "3" was followed by "5 7 8" earlier; the text before the root ("... 9 4") has no earlier match

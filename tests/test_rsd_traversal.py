@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
+from tiny_pair import tiny_spec
 
 from specscope.errors import InputError
 from specscope.executor.drafters import Drafter, DraftModelDrafter, make_drafter
@@ -28,7 +29,6 @@ from specscope.executor.methods import (
 from specscope.executor.rsd import draft_sbs, sbs_widths
 from specscope.executor.targets import wrap
 from specscope.executor.verify import DRAFT_SAMPLING, Verdict, draw_children, specinfer, verify
-from specscope.models.spec import ModelSpec
 from specscope.models.torch import Transformer
 from specscope.optimizers.baselines import kary_tree
 from specscope.optimizers.dyspec import DraftedTree, DraftNode, Proposal
@@ -270,8 +270,7 @@ def test_traversal_accepts_more_per_step_than_token_level_rejection_on_the_same_
 # ---- the executor ------------------------------------------------------------------------------
 
 
-SPEC = ModelSpec(name="tiny", arch="transformer", n_layers=2, d_model=32, vocab_size=50,
-                 n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=128)
+SPEC = tiny_spec("tiny", 50)
 
 
 @pytest.fixture(scope="module")

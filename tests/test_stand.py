@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 import torch
 from scipy.stats import chisquare
+from tiny_pair import self_repeating_prompts, tiny_spec
 
 from specscope.errors import InputError
 from specscope.executor.collect import collect_tokens
@@ -20,7 +21,6 @@ from specscope.executor.loop import decode_autoregressive, decode_speculative, s
 from specscope.executor.methods import MAX_DEPTH, fill_tree, resolve_method, static_method
 from specscope.executor.targets import Model, wrap
 from specscope.executor.verify import sequoia, specinfer
-from specscope.models.spec import ModelSpec
 from specscope.models.torch import Transformer
 from specscope.models.zoo import load_zoo_model, weights_path
 from specscope.models.zoo.prompts import load_prompts
@@ -35,8 +35,7 @@ torch.set_num_threads(1)
 
 V = 61
 MAX_NEW = 16
-SPEC = ModelSpec(name="tiny-target", arch="transformer", n_layers=2, d_model=32, vocab_size=V,
-                 n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48, max_seq_len=96)
+SPEC = tiny_spec("tiny-target", V, max_seq_len=96)
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +46,7 @@ def target():
 @pytest.fixture(scope="module")
 def prompts(target) -> list[list[int]]:
     """`start + continuation(start) + start`: the continuation repeats, so STAND has matches."""
-    rng = np.random.default_rng(0)
-    out = []
-    for _ in range(6):
-        start = rng.integers(0, V, 5).tolist()
-        out.append(start + decode_autoregressive(target, start, 8).output + start)
-    return out
+    return self_repeating_prompts(target, 6)
 
 
 def logits_of(*rows: list[float]) -> torch.Tensor:
