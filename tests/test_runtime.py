@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_pair import noisy_copy
 
 from specscope.cli import main
 from specscope.errors import InputError
@@ -103,18 +104,6 @@ def test_bad_device_or_runtime_is_one_line_exit_2(run, tmp_path: Path, command: 
 # ---- padded buckets ------------------------------------------------------------------------
 
 
-def noisy_copy(model: Transformer, scale: float = 0.05) -> Transformer:
-    """A draft: `model`'s weights plus relative noise."""
-    copy = Transformer(model.spec).to(torch.float64)
-    copy.load_state_dict(model.state_dict())
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in copy.parameters():
-            if p.ndim >= 2:
-                p.add_(scale * p.std() * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return copy.eval()
-
-
 def repeating_prompts(target: Model, count: int) -> list[list[int]]:
     """Prompts `start + continuation(start) + start`, whose continuations tend to copy."""
     g = torch.Generator().manual_seed(1)
@@ -131,7 +120,7 @@ class Pair:
 
     def __init__(self, ssm: bool = False) -> None:
         base = Transformer.random(LLAMA, seed=0, dtype=torch.float64, std=0.2)
-        draft = noisy_copy(base)
+        draft = noisy_copy(base, base.spec)
         cpu = Runtime(torch.device("cpu"), torch.float64)
         if ssm:
             target = Mamba2.random(MAMBA, seed=0, dtype=torch.float64, std=0.3)

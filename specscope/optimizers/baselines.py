@@ -8,7 +8,8 @@ from specscope.errors import InputError
 from specscope.tree import ROOT_SOURCE, Acceptance, Tree, acceptance_table
 
 
-def _depth_cap(budget: int, max_depth: int | None) -> int:
+def depth_cap(budget: int, max_depth: int | None) -> int:
+    """The deepest tree a budget of `budget` tokens allows under `max_depth` (checked)."""
     if budget < 1:
         raise InputError(f"budget must be ≥ 1 (tree size counts the root), got {budget}")
     if max_depth is not None and max_depth < 0:
@@ -18,14 +19,14 @@ def _depth_cap(budget: int, max_depth: int | None) -> int:
 
 def chain_tree(budget: int, max_depth: int | None = None, source: str = "draft") -> Tree:
     """The longest chain of top-1 drafts that fits the budget and depth cap."""
-    return Tree.chain(_depth_cap(budget, max_depth), source)
+    return Tree.chain(depth_cap(budget, max_depth), source)
 
 
 def kary_tree(k: int, budget: int, max_depth: int | None = None, source: str = "draft") -> Tree:
     """A k-ary tree filled breadth-first up to `budget` nodes (fewer if the depth cap binds)."""
     if k < 1:
         raise InputError(f"k-ary tree needs k ≥ 1, got {k}")
-    cap = _depth_cap(budget, max_depth)
+    cap = depth_cap(budget, max_depth)
     parents, ranks, depths = [-1], [-1], [0]
     node = 0
     while len(parents) < budget and node < len(parents):
@@ -56,7 +57,7 @@ def best_first_tree(
     non-increasing and the depth cap does not bind; otherwise the DP can do better.
     """
     table = acceptance_table(p, "p")
-    cap = _depth_cap(budget, max_depth)
+    cap = depth_cap(budget, max_depth)
 
     def acc(depth: int, rank: int) -> float:
         row = table[min(depth, table.shape[0]) - 1]

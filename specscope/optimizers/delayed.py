@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from specscope.errors import InputError
-from specscope.optimizers.baselines import _depth_cap
+from specscope.optimizers.baselines import depth_cap
 from specscope.tree import ROOT_SOURCE, Acceptance, Tree, acceptance_table
 
 
@@ -53,7 +53,7 @@ def delayed_shape(p: Acceptance, budget: int, max_depth: int | None = None,
     """(delay k, rollout lengths by rank) of `delayed_tree`: k path nodes below the root, then
     rollouts of these lengths from the k-th (none: the path alone)."""
     table = acceptance_table(p, "p")
-    cap = _depth_cap(budget, max_depth)
+    cap = depth_cap(budget, max_depth)
     if delay is not None and delay < 0:
         raise InputError(f"delay must be ≥ 0, got {delay}")
     delays = range(cap + 1) if delay is None else [min(delay, cap)]

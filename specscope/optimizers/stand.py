@@ -26,7 +26,7 @@ from __future__ import annotations
 import polars as pl
 
 from specscope.errors import InputError
-from specscope.optimizers.baselines import _depth_cap
+from specscope.optimizers.baselines import depth_cap
 from specscope.trace import Trace, replay, resolve_source, sequence_sources
 from specscope.tree import Tree
 
@@ -54,7 +54,7 @@ def data_driven_tree(
     """STAND's tree of at most `budget` nodes (root included) for `source`: the template's most
     accepted nodes when it is replayed over `trace` (module docstring)."""
     source = resolve_source(trace, source)
-    depth = _depth_cap(budget, max_depth)
+    depth = depth_cap(budget, max_depth)
     if spread < 1:
         raise InputError(f"template spread must be ≥ 1, got {spread}")
     if source in sequence_sources(trace):
