@@ -46,9 +46,14 @@ from rich.table import Table
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
-from specscope.executor.runtime import RUNTIMES, Runtime
+from specscope.executor.runtime import Runtime
 from specscope.executor.targets import HybridModel, Model, SSMModel
-from specscope.hw_profiles.measure import (
+from specscope.models import get_model
+from specscope.models.spec import ModelSpec
+from specscope.models.torch.ssm import state_dtype
+from specscope.models.zoo import zoo_specs
+from specscope.names import RUNTIMES
+from specscope.profiling.measure import (
     binary_tree,
     build,
     copy_rate,
@@ -56,10 +61,6 @@ from specscope.hw_profiles.measure import (
     release,
     timer,
 )
-from specscope.models import get_model
-from specscope.models.spec import ModelSpec
-from specscope.models.torch.ssm import state_dtype
-from specscope.models.zoo import zoo_specs
 from specscope.tree import Tree
 
 GPU = {"models": "llama-68m,llama-3.2-1b,llama-3.1-8b,mamba2-2.7b,bamba-9b",

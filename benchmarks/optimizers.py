@@ -150,9 +150,9 @@ def ets_table() -> None:
 
 def _synthetic_setup(hw: str):
     from specscope.hw_profiles import CostModel, load_profile
+    from specscope.hw_profiles.pricing import Pricing
     from specscope.models import get_model
     from specscope.optimizers.compare import Setup
-    from specscope.optimizers.scoring import Pricing
     from specscope.trace import AcceptanceModel, synth_trace
 
     trace = synth_trace(requests=64, seed=0)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.hw_profiles.fit import GPTFAST_A100, load_published
 from specscope.models import get_model
+from specscope.profiling.fit import GPTFAST_A100, load_published
 
 GPTFAST = "github.com/pytorch-labs/gpt-fast README (A100-80GB, 330 W), batch 1"
 GPTFAST_NEW = "github.com/meta-pytorch/gpt-fast README, Llama-3.1 and TP+quantization tables"
@@ -110,7 +110,7 @@ def main() -> None:
     for group, errs in errors.items():
         print(f"{group:25s} median |ratio - 1| = {np.median(errs):.1%}   source: {sources[group]}")
     print("\nNo citable batch-1 decode table for H100/H200 was found: h100 is fitted on this "
-          "project's own H100 rows\n(python -m specscope.hw_profiles.fit h100), h200 is scaled "
+          "project's own H100 rows\n(python -m specscope.profiling.fit h100), h200 is scaled "
           "from it.")
 
 

@@ -81,7 +81,7 @@ def _papers(out: Path, console: Console) -> None:
 
 
 def _measure(out: Path, console: Console) -> Path:
-    from specscope.hw_profiles.calibrate import profile_hw
+    from specscope.profiling.calibrate import profile_hw
 
     path = out / "this-machine.toml"
     with console.status("0. measuring this machine (profile-hw --quick, eager, 1 thread)"):

@@ -8,6 +8,9 @@ drafted levels below the root, so a chain of four drafts has n = 5 and depth 4.
 Expected tokens per step under a positional acceptance vector p (DESIGN.md): a node reached by
 child ranks (k_1..k_d) is accepted with probability f = p[k_1]·…·p[k_d], and G = Σ_v f(v), the
 root contributing the bonus token.
+
+A tree file is JSON: a bare tree (`Tree.to_dict`) or `optimize-tree --json`/`-o` output, whose
+results each carry a tree (`read_tree_file`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 import numpy as np
 
@@ -327,3 +331,48 @@ def scaled_acceptance(p: np.ndarray, scale: float) -> np.ndarray:
     would pass 1 (a drift schedule's or a system's change of acceptance)."""
     scaled = np.asarray(p, dtype=np.float64) * scale
     return scaled / np.maximum(1.0, scaled.sum(axis=-1, keepdims=True))
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    """A tree read from a JSON file, with what `optimize-tree` recorded about it (None for a
+    bare tree): the target and drafter source it was optimised for, and its method."""
+
+    tree: Tree
+    target: str | None = None
+    source: str | None = None
+    algo: str | None = None
+
+
+def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
+    """A tree from a JSON file: a bare tree (`Tree.to_dict`), or `optimize-tree --json` /
+    `-o` output, whose best result is taken, or the result of method `algo`."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such tree file") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not (isinstance(data, dict) and "results" in data):
+        if algo is not None:
+            raise InputError(f"--algo {algo}: {path} holds one bare tree, not optimize-tree "
+                             "output")
+        return TreeFile(_tree(data, path))
+    results = data["results"]
+    if not results:
+        raise InputError(f"{path}: optimize-tree output without results")
+    chosen = results[0] if algo is None else next(
+        (r for r in results if r.get("algo") == algo), None)
+    if chosen is None:
+        raise InputError(f"--algo {algo}: not in {path} (methods: "
+                         f"{', '.join(str(r.get('algo')) for r in results)})")
+    return TreeFile(_tree(chosen.get("tree"), path), data.get("target"), data.get("source"),
+                    chosen.get("algo"))
+
+
+def _tree(data: object, path: Path) -> Tree:
+    try:
+        return Tree.from_dict(data)
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None

@@ -14,7 +14,9 @@ import torch
 
 from specscope.cli import main
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.hw_profiles.calibrate import (
+from specscope.hw_profiles.profile import DATA_DIR, PROFILE_DIR_ENV, with_runtime
+from specscope.models import get_model
+from specscope.profiling.calibrate import (
     Grid,
     Point,
     fit_runtime,
@@ -22,9 +24,6 @@ from specscope.hw_profiles.calibrate import (
     profile_hw,
     split_held_out,
 )
-from specscope.hw_profiles.profile import DATA_DIR, PROFILE_DIR_ENV
-from specscope.hw_profiles.runtime import with_runtime
-from specscope.models import get_model
 
 TINY = Grid(models=("tiny-code-draft", "tiny-code"), ns=(1, 2, 4), contexts=(16, 48),
             static_ns=(1,), static_contexts=(16,), prefill=(8, 24), draft_model="tiny-code-draft",

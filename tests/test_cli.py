@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specscope.cli import main, optimize_tree_main
-from specscope.hw_profiles.fit import GPTFAST_A100, load_published
+from specscope.profiling.fit import GPTFAST_A100, load_published
 
 Run = Callable[..., tuple[int, str, str]]
 

@@ -21,9 +21,9 @@ from specscope.executor.methods import DYNAMIC_METHODS, STATIC_METHODS, TRACE_ME
 from specscope.executor.runtime import DEVICES, DTYPES
 from specscope.executor.verify import RULES
 from specscope.hw_profiles.cost import TREE_ATTENTION
-from specscope.hw_profiles.runtime import RUNTIMES
 from specscope.models.ops import SSM_VERIFY, WEIGHT_BITS
 from specscope.models.zoo.train import ORDER
+from specscope.names import RUNTIMES
 from specscope.optimizers.compare import METHOD_NAMES
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.run import PLACEMENTS

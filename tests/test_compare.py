@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model
 from specscope.optimizers.compare import METHOD_NAMES, Setup, compare
-from specscope.optimizers.scoring import Pricing
 from specscope.trace import AcceptanceModel, RankedBehaviour, synth_trace
 from specscope.tree import Tree
 

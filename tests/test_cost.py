@@ -8,7 +8,9 @@ import pytest
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, MeasuredTable, list_profiles, load_profile
-from specscope.hw_profiles.fit import (
+from specscope.hw_profiles.profile import PROFILE_DIR_ENV, profile_path, with_runtime
+from specscope.models import get_model
+from specscope.profiling.fit import (
     A100_FIELDS,
     GPTFAST_A100,
     H100_STEPS,
@@ -23,10 +25,7 @@ from specscope.hw_profiles.fit import (
     write_params,
     write_runtime,
 )
-from specscope.hw_profiles.fit import main as fit_main
-from specscope.hw_profiles.profile import PROFILE_DIR_ENV, profile_path
-from specscope.hw_profiles.runtime import with_runtime
-from specscope.models import get_model
+from specscope.profiling.fit import main as fit_main
 
 PROFILES = ["a100", "h100", "h200", "gaudi2", "tpu-v5e", "tpu-v4", "cpu-2core"]
 GPTFAST = load_published(GPTFAST_A100)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from tiny_pair import tiny_spec
 
+from specscope.draft import DraftNode
 from specscope.executor.drafters import (
     DraftModelDrafter,
     GooseDrafter,
@@ -20,7 +21,6 @@ from specscope.executor.drafters import (
 )
 from specscope.executor.targets import wrap
 from specscope.models.torch import Transformer
-from specscope.optimizers.dyspec import DraftNode
 
 torch.set_num_threads(1)
 

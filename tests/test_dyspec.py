@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specscope.draft import DraftNode
 from specscope.errors import InputError
 from specscope.optimizers.baselines import best_first_tree
 from specscope.optimizers.dyspec import (
-    DraftNode,
     DySpecPolicy,
     ScoreCalibration,
     dp_gap,

@@ -8,6 +8,7 @@ import pytest
 import torch
 from tiny_pair import perturbed_pair, repeating_prompts, tiny_spec
 
+from specscope.draft import DraftNode
 from specscope.errors import InputError
 from specscope.executor.collect import collect_tokens
 from specscope.executor.drafters import (
@@ -24,7 +25,6 @@ from specscope.executor.targets import load_model
 from specscope.models.zoo import weights_path
 from specscope.models.zoo.prompts import load_prompts
 from specscope.optimizers.baselines import best_first_tree
-from specscope.optimizers.dyspec import DraftNode
 from specscope.optimizers.run import OptimizeRequest, run_optimize
 from specscope.trace import accepted_lengths, write_trace
 from specscope.tree import Tree

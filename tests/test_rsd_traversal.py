@@ -15,6 +15,7 @@ import torch
 from scipy.stats import chisquare
 from tiny_pair import tiny_spec
 
+from specscope.draft import DraftedTree, DraftNode, Proposal
 from specscope.errors import InputError
 from specscope.executor.drafters import Drafter, DraftModelDrafter, make_drafter
 from specscope.executor.loop import speculative_generate
@@ -31,7 +32,6 @@ from specscope.executor.targets import wrap
 from specscope.executor.verify import DRAFT_SAMPLING, Verdict, draw_children, specinfer, verify
 from specscope.models.torch import Transformer
 from specscope.optimizers.baselines import kary_tree
-from specscope.optimizers.dyspec import DraftedTree, DraftNode, Proposal
 from specscope.optimizers.sequoia import SequoiaDP
 from specscope.tree import Tree
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model
-from specscope.optimizers.scoring import Pricing
 from specscope.simulator.policies.base import Speculation
 from specscope.simulator.pricing import BatchPricer, Link, host_terms
 from specscope.tree import Tree

@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.pricing import Pricing
 from specscope.models import ModelSpec, get_model, param_count
-from specscope.optimizers.scoring import Pricing
 from specscope.simulator.analytic import chain_tokens, tpot_s
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.run import SimulateRequest, SimulationResult, run_simulation

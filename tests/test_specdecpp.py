@@ -10,8 +10,8 @@ import pytest
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model
-from specscope.optimizers.scoring import Pricing
 from specscope.optimizers.specdecpp import (
     MAX_LEN,
     MIN_LEN,

@@ -12,6 +12,7 @@ import torch
 from scipy.stats import chisquare
 from tiny_pair import self_repeating_prompts, tiny_spec
 
+from specscope.draft import DraftNode
 from specscope.errors import InputError
 from specscope.executor.collect import collect_tokens
 from specscope.executor.drafters import StandDrafter, make_drafter
@@ -25,7 +26,6 @@ from specscope.models.torch import Transformer
 from specscope.models.zoo import load_zoo_model, weights_path
 from specscope.models.zoo.prompts import load_prompts
 from specscope.optimizers.baselines import best_first_tree
-from specscope.optimizers.dyspec import DraftNode
 from specscope.optimizers.run import OptimizeRequest, run_optimize
 from specscope.optimizers.stand import data_driven_tree, template_tree
 from specscope.trace import SCHEMA, Trace, accepted_lengths, replay, write_trace

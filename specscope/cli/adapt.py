@@ -32,15 +32,15 @@ def adapt(
     steps: Annotated[int, typer.Option(help="AdamW steps per update.")] = 4,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-4,
     loss: Annotated[str, typer.Option(help="Divergence between target and draft."),
-                    Choices("specscope.executor.names:ADAPT_LOSSES")] = "fkl",
+                    Choices("specscope.names:ADAPT_LOSSES")] = "fkl",
     positions: Annotated[str, typer.Option(help="Distil where the draft was wrong (OSD) or at "
                                                 "every served position."),
-                         Choices("specscope.executor.names:ADAPT_POSITIONS")] = "wrong",
+                         Choices("specscope.names:ADAPT_POSITIONS")] = "wrong",
     depth: Annotated[int, typer.Option(help="Drafts per step (a chain).")] = 4,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.0,
     rule: Annotated[str | None, typer.Option(help="Verification rule (default: greedy at "
                                                   "temperature 0, else deterministic)."),
-                    Choices("specscope.executor.names:RULES")] = None,
+                    Choices("specscope.names:RULES")] = None,
     seed: Seed = 0,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
     stands_for: Annotated[int, typer.Option(help="Simulated requests one served request "
@@ -49,7 +49,7 @@ def adapt(
     relative_to: Annotated[str, typer.Option(help="Drift multipliers over the control's "
                                                   "acceptance on the same requests, or over "
                                                   "the first block's."),
-                           Choices("specscope.executor.names:DRIFT_RELATIVE_TO")] = "control",
+                           Choices("specscope.names:DRIFT_RELATIVE_TO")] = "control",
     drift_out: Annotated[Path | None, typer.Option(help="Write the drift schedule here "
                                                         "(X,X,... for simulate --drift).")] = (
         None),

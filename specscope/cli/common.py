@@ -43,7 +43,7 @@ Hw = Annotated[str, typer.Option("--hw", help="Hardware profile (a100, h100, h20
                                               "...).")]
 PricedRuntime = Annotated[str | None, typer.Option(
     "--runtime", help="Runtime to price (default: the profile's own)."),
-    Choices("specscope.hw_profiles.runtime:RUNTIMES")]
+    Choices("specscope.names:RUNTIMES")]
 TreeAttention = Annotated[str, typer.Option(
     "--tree-attention", help="split: prefix read once, tree block masked; dense: one mask "
                              "over prefix and tree."),
@@ -52,13 +52,13 @@ WeightBits = Annotated[int | None, typer.Option(help="Target weight bits (defaul
                                                      "model's)."),
                        Choices("specscope.models.ops:WEIGHT_BITS")]
 Device = Annotated[str, typer.Option(help="Where to run (auto: cuda when available)."),
-                   Choices("specscope.executor.names:DEVICES")]
+                   Choices("specscope.names:DEVICES")]
 Dtype = Annotated[str, typer.Option(help="Weights, caches and activations."),
-                  Choices("specscope.executor.names:DTYPE_NAMES")]
+                  Choices("specscope.names:DTYPE_NAMES")]
 StepRuntime = Annotated[str | None, typer.Option(
     "--runtime", help="How steps run: eager, CUDA graphs or torch.compile (default: graph on "
                       "cuda, eager on cpu)."),
-    Choices("specscope.hw_profiles.runtime:RUNTIMES")]
+    Choices("specscope.names:RUNTIMES")]
 Seed = Annotated[int, typer.Option(help="Random seed.")]
 SystemName = Annotated[str | None, typer.Option(
     "--system", help="A seed system whose cost models serve (head, hierspec, longspec, ...)."),

@@ -35,11 +35,11 @@ Temperature = Annotated[float, typer.Option(help="Sampling temperature (0: greed
 def profile_hw(
     name: Annotated[str, typer.Option(help="Profile name (--hw NAME finds it afterwards).")],
     device: Annotated[str, typer.Option(help="The device to measure."),
-                      Choices("specscope.executor.names:PROFILE_DEVICES")] = "cpu",
+                      Choices("specscope.names:PROFILE_DEVICES")] = "cpu",
     runtime: Annotated[list[str] | None, typer.Option(
         help="Runtimes to fit, repeated or comma-separated; graph needs cuda (default: all "
              "the device runs)."),
-        Choices("specscope.hw_profiles.runtime:RUNTIMES", many=True)] = None,
+        Choices("specscope.names:RUNTIMES", many=True)] = None,
     quick: Annotated[bool, typer.Option(help="A small grid (about 2.5 min on 2 cores).")] = (
         False),
     threads: Annotated[int, typer.Option(help="torch CPU threads (the executor benchmarks and "
@@ -49,7 +49,7 @@ def profile_hw(
 ) -> None:
     """Measure this machine and write a calibrated profile. Each runtime's cost terms are fitted
     to measured step times."""
-    from specscope.hw_profiles.calibrate import profile_hw as run_profile_hw
+    from specscope.profiling.calibrate import profile_hw as run_profile_hw
 
     runtimes = [r.strip() for item in runtime or [] for r in item.split(",") if r.strip()]
     command = (f"specscope profile-hw --name {name} --device {device} --threads {threads}"
@@ -90,7 +90,7 @@ def trace_synth(
 def generate(
     model: Model,
     drafter: Annotated[str, typer.Option(help="Who proposes the draft tokens."),
-                       Choices("specscope.executor.names:DRAFTERS")],
+                       Choices("specscope.names:DRAFTERS")],
     prompts: Prompts,
     n: Annotated[int, typer.Option(help="Prompts to decode.")] = 8,
     max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 64,
@@ -110,7 +110,7 @@ def generate(
     temperature: Temperature = 0.0,
     rule: Annotated[str | None, typer.Option(help="Verification rule (default: greedy at "
                                                   "temperature 0, else deterministic)."),
-                    Choices("specscope.executor.names:RULES")] = None,
+                    Choices("specscope.names:RULES")] = None,
     seed: Seed = 0,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
     verify_lossless: Annotated[bool, typer.Option(help="Check against greedy decoding.")] = (
@@ -198,7 +198,7 @@ def collect(
     prompts: Prompts,
     output: Annotated[Path, typer.Option("-o", "--output", help="Trace parquet to write.")],
     drafters: Annotated[str, typer.Option(help="Drafters whose candidates to record."),
-                        Choices("specscope.executor.names:COLLECT_DRAFTERS", many=True)] = (
+                        Choices("specscope.names:COLLECT_DRAFTERS", many=True)] = (
         "draft,ngram,suffix,recycle"),
     draft_model: DraftModel = None,
     layer_skip: LayerSkip = "swift",

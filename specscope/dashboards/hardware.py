@@ -16,9 +16,9 @@ import polars as pl
 from specscope.dashboards.load import Results, analytic_cells, profiles
 from specscope.dashboards.style import Section, finish
 from specscope.hw_profiles import CostModel, HardwareProfile
+from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model, list_models
 from specscope.optimizers.compare import DP_REFERENCE, Setup, compare
-from specscope.optimizers.scoring import Pricing
 from specscope.trace import AcceptanceModel, trace_sources
 
 TARGETS = ("llama-3.1-8b", "mamba2-2.7b", "bamba-9b")

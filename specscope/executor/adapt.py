@@ -35,10 +35,10 @@ from specscope.executor.collect import encode
 from specscope.executor.distil import AdaptConfig, Distiller, ServingDrafter
 from specscope.executor.loop import check_rule, decode_autoregressive, decode_speculative
 from specscope.executor.methods import Method, static_method
-from specscope.executor.names import DRIFT_RELATIVE_TO
 from specscope.executor.targets import CachedModel, Model, load_model
 from specscope.executor.verify import DRAFT_SAMPLING
 from specscope.models.torch import Transformer
+from specscope.names import DRIFT_RELATIVE_TO
 from specscope.tree import Tree
 
 

@@ -37,12 +37,11 @@ from specscope.executor.drafters import (
     parse_layer_skip,
     propose_chain,
 )
-from specscope.executor.names import COLLECT_DRAFTERS
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import Model, load_model
 from specscope.executor.verify import next_token, probabilities
+from specscope.names import COLLECT_DRAFTERS, SEQUENCE_SOURCES
 from specscope.trace import SCHEMA, Trace, write_trace
-from specscope.trace.schema import SEQUENCE_SOURCES
 
 K = 8
 """Candidates recorded per position and drafter."""

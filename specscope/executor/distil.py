@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from specscope.draft import DraftedTree
 from specscope.errors import InputError
 from specscope.executor.drafters import DraftModelDrafter
-from specscope.executor.names import ADAPT_LOSSES, ADAPT_POSITIONS
 from specscope.executor.targets import Model
 from specscope.executor.verify import Verdict
 from specscope.models.torch import Transformer
-from specscope.optimizers.dyspec import DraftedTree
+from specscope.names import ADAPT_LOSSES, ADAPT_POSITIONS
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from specscope.draft import DraftedTree
 from specscope.errors import InputError
 from specscope.executor.drafters import (
     Drafter,
@@ -37,7 +38,6 @@ from specscope.executor.verify import (
     next_token,
     verify,
 )
-from specscope.optimizers.dyspec import DraftedTree
 
 
 def prefill(target: Model, drafter: Drafter, prompt: Sequence[int], capacity: int) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from specscope.draft import DraftedTree, DraftNode, Proposal
 from specscope.errors import InputError
 from specscope.executor.collect import K
 from specscope.executor.drafters import (
@@ -24,11 +25,11 @@ from specscope.executor.drafters import (
     GooseDrafter,
     propose_chain,
 )
-from specscope.executor.names import DRAWN_METHODS
 from specscope.executor.rsd import draft_sbs, matching_beam, sbs_widths
 from specscope.executor.verify import Verdict
+from specscope.names import DRAWN_METHODS
 from specscope.optimizers.compare import TREE_METHODS, Setup
-from specscope.optimizers.dyspec import DraftedTree, DraftNode, DySpecPolicy, Proposal
+from specscope.optimizers.dyspec import DySpecPolicy
 from specscope.optimizers.goose import (
     BRANCH_DEPTH,
     BUDGET_RANGE,
@@ -38,7 +39,6 @@ from specscope.optimizers.goose import (
     spine_allowances,
     spine_tree,
 )
-from specscope.optimizers.run import read_tree_file
 from specscope.optimizers.sequoia import SequoiaDP
 from specscope.optimizers.specdecpp import (
     AUTHORS_THRESHOLD,
@@ -49,7 +49,7 @@ from specscope.optimizers.specdecpp import (
 from specscope.optimizers.specdecpp_predictor import AcceptancePredictor, candidate_features
 from specscope.optimizers.stand import data_driven_tree
 from specscope.trace import AcceptanceModel, Trace
-from specscope.tree import ROOT_SOURCE, Tree
+from specscope.tree import ROOT_SOURCE, Tree, read_tree_file
 
 DYNAMIC_METHODS = ("dyspec", "specdecpp", "goose", *DRAWN_METHODS)
 """Methods that build each step's tree from live drafter output (rsd-s: RSD's Stochastic Beam

@@ -51,9 +51,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from specscope.draft import DraftedTree, DraftNode
 from specscope.errors import InputError
 from specscope.executor.verify import gumbel
-from specscope.optimizers.dyspec import DraftedTree, DraftNode
 from specscope.tree import ROOT_SOURCE, Tree
 
 

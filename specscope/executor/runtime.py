@@ -27,10 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from specscope.errors import InputError
-from specscope.executor.names import DEVICES, DTYPE_NAMES
+from specscope.names import DEVICES, DTYPE_NAMES, RUNTIMES
 
-RUNTIMES = ("eager", "graph", "compile")
-"""Runtimes a step can run under (see the module docstring)."""
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 """`--dtype` choices and their torch dtypes."""
 WARMUP_CALLS = 2

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from specscope.errors import InputError
-from specscope.executor.names import RULES
+from specscope.names import RULES
 from specscope.tree import Tree
 
 DRAFT_SAMPLING = {"specinfer": "with", "sequoia": "without", "rsd": "without",

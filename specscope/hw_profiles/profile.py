@@ -11,6 +11,7 @@ host cost of model-free drafting and of the speculative loop's bookkeeping measu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
@@ -21,15 +22,14 @@ from typing import Any
 import numpy as np
 
 from specscope.errors import InputError
-from specscope.hw_profiles.runtime import RUNTIMES, RuntimeParams, parse_runtime
+from specscope.hw_profiles.runtime import RuntimeParams, parse_runtime, replace_values
+from specscope.names import HOST_DRAFTERS, RUNTIMES
 
 DATA_DIR = Path(__file__).parent / "data"
 PROFILE_DIR_ENV = "SPECSCOPE_PROFILE_DIR"
 """Environment variable naming the user profile directory (default ~/.config/specscope/...)."""
 KINDS = ("gpu", "cpu")
 """Device kinds: a GPU overlaps host issue with device work, a CPU thread does both in turn."""
-DRAFTERS = ("ngram", "suffix", "recycle", "goose")
-"""Model-free drafters whose host cost per drafted level a profile may carry."""
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """A profile name (it becomes a file name)."""
 
@@ -239,7 +239,7 @@ def load_profile(name: str | Path) -> HardwareProfile:
     if default_runtime not in runtimes:
         raise InputError(f"{path}: default_runtime {default_runtime!r} has no [runtime] section")
     drafters = data.get("drafters", {})
-    unknown = set(drafters) - {f"{d}_us" for d in DRAFTERS}
+    unknown = set(drafters) - {f"{d}_us" for d in HOST_DRAFTERS}
     if unknown:
         raise InputError(f"{path}: [drafters] has unknown keys {sorted(unknown)}")
     if min(g("compute", "bf16_tflops"), g("memory", "bandwidth_gbs")) <= 0:
@@ -287,3 +287,13 @@ def _optional(data: dict[str, Any], section: str, key: str, where: Path) -> floa
     if key not in data.get(section, {}):
         return 0.0
     return _get(data, section, key, where)
+
+
+def with_runtime(hw: HardwareProfile, name: str, **values: float) -> HardwareProfile:
+    """A copy of `hw` whose runtime `name` has some fields replaced (TOML units: µs, fractions),
+    for fitting; an unknown runtime or field is an `InputError`."""
+    if name not in hw.runtimes:
+        raise InputError(f"profile {hw.name} has no runtime {name!r}; it has "
+                         f"{', '.join(hw.runtimes)}")
+    params = replace_values(hw.runtimes[name], **values)
+    return dataclasses.replace(hw, runtimes={**hw.runtimes, name: params})

@@ -29,14 +29,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specscope.errors import InputError
+from specscope.names import RUNTIMES
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from specscope.hw_profiles.profile import HardwareProfile
-
-RUNTIMES = ("eager", "graph", "compile")
-"""Runtimes a profile may price (the executor's `--runtime` choices)."""
 
 FIELDS: dict[str, tuple[float, float, float]] = {
     "host_step_us": (1e-6, 0.0, 1e5),
@@ -119,18 +116,14 @@ def parse_runtime(name: str, table: Any, where: Path | str) -> RuntimeParams:
                          origin=str(table.get("origin", "")), **values)
 
 
-def with_runtime(hw: HardwareProfile, name: str, **values: float) -> HardwareProfile:
-    """A copy of `hw` whose runtime `name` has some fields replaced (TOML units: µs, fractions),
-    for fitting; an unknown runtime or field is an `InputError`."""
-    if name not in hw.runtimes:
-        raise InputError(f"profile {hw.name} has no runtime {name!r}; it has "
-                         f"{', '.join(hw.runtimes)}")
+def replace_values(params: RuntimeParams, **values: float) -> RuntimeParams:
+    """A copy of `params` with some fields replaced (TOML units: µs, fractions), for fitting; an
+    unknown field is an `InputError`."""
     unknown = set(values) - set(FIELDS)
     if unknown:
         raise InputError(f"unknown runtime fields {sorted(unknown)}; known: {', '.join(FIELDS)}")
-    params = dataclasses.replace(
-        hw.runtimes[name], **{_attr(k): float(v) * FIELDS[k][0] for k, v in values.items()})
-    return dataclasses.replace(hw, runtimes={**hw.runtimes, name: params})
+    return dataclasses.replace(
+        params, **{_attr(k): float(v) * FIELDS[k][0] for k, v in values.items()})
 
 
 def runtime_toml(params: RuntimeParams) -> str:

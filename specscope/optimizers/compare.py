@@ -15,6 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from specscope.errors import InputError
+from specscope.hw_profiles.pricing import Pricing
 from specscope.optimizers.baselines import best_first_tree, best_kary_tree, chain_tree
 from specscope.optimizers.delayed import delayed_tree
 from specscope.optimizers.dyspec import (
@@ -26,7 +27,7 @@ from specscope.optimizers.dyspec import (
 )
 from specscope.optimizers.ets import ets_tree
 from specscope.optimizers.goose import GooseAcceptance, goose_acceptance, goose_tree
-from specscope.optimizers.scoring import Pricing, Score, score_tree
+from specscope.optimizers.scoring import Score, score_tree
 from specscope.optimizers.select import choose_size, choose_trees
 from specscope.optimizers.sequoia import SequoiaDP
 from specscope.optimizers.specdecpp import MAX_LEN as SPECDECPP_MAX_LEN

@@ -49,12 +49,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import polars as pl
 from scipy.optimize import isotonic_regression
 
+from specscope.draft import DraftedTree, DraftNode, Propose
 from specscope.errors import InputError
 from specscope.optimizers.sequoia import value_table
 from specscope.trace import Trace, resolve_source
@@ -62,42 +62,6 @@ from specscope.tree import DEFAULT_SOURCE, ROOT_SOURCE, Acceptance, Tree
 
 EAGLE2_BEAM = 10
 """Nodes EAGLE-2 expands per level by default (its top-k)."""
-
-
-class DraftNode(NamedTuple):
-    """A node handed to `propose`: ids are stable within one build, the root is id 0."""
-
-    id: int
-    parent: int  # −1 for the root
-    token: int  # the root's is the `root_token` given to `build`
-    depth: int
-
-
-Proposal = tuple[Sequence[int], Sequence[float]]
-"""A node's candidate tokens, best first, and the draft's probability of each."""
-
-Propose = Callable[[list[DraftNode]], Sequence[Proposal]]
-"""One batched draft forward: a proposal for every node passed, in the same order."""
-
-
-@dataclass(frozen=True, eq=False)
-class DraftedTree:
-    """A tree built by `DySpecPolicy.build`.
-
-    tokens[v] and scores[v] belong to tree node v (breadth-first order, tokens[0] the root token,
-    scores[0] = 1); scores are the path scores f(v), the policy's estimate of the probability
-    that v is accepted. forwards counts `propose` calls (draft forward passes); forwarded holds,
-    per call, the nodes a draft model runs for it (the expanded nodes, their ancestors and the
-    root), and expanded the nodes the call proposes candidates for, where the builder records
-    them.
-    """
-
-    tree: Tree
-    tokens: np.ndarray
-    scores: np.ndarray
-    forwards: int
-    forwarded: tuple[int, ...] = ()
-    expanded: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -60,9 +60,9 @@ import numpy as np
 import polars as pl
 
 from specscope.errors import InputError
+from specscope.names import SEQUENCE_SOURCES
 from specscope.optimizers.baselines import best_first_tree, kary_tree
 from specscope.trace import AcceptanceModel, Trace, replay, resolve_source, sequence_sources
-from specscope.trace.schema import SEQUENCE_SOURCES
 from specscope.tree import ROOT_SOURCE, Acceptance, Tree
 
 SPINE_SHARES = (0.15, 0.30, 0.50)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model, list_models
 from specscope.models.spec import ModelSpec
 from specscope.optimizers.compare import (
@@ -22,9 +22,8 @@ from specscope.optimizers.compare import (
     compare,
     resolve_algos,
 )
-from specscope.optimizers.scoring import Pricing
 from specscope.trace import AcceptanceModel, Trace, read_trace, resolve_source
-from specscope.tree import Tree, acceptance_table
+from specscope.tree import acceptance_table
 
 DEFAULT_TARGET = "llama-2-7b"
 DEFAULT_DRAFTER = "llama-68m"
@@ -177,48 +176,3 @@ def _drafter_for(source: str) -> str:
         raise InputError(f"draft model {name!r} of source {source!r} is not in the catalogue; "
                          "pass --drafter")
     return name
-
-
-@dataclass(frozen=True)
-class TreeFile:
-    """A tree read from a JSON file, with what `optimize-tree` recorded about it (None for a
-    bare tree): the target and drafter source it was optimised for, and its method."""
-
-    tree: Tree
-    target: str | None = None
-    source: str | None = None
-    algo: str | None = None
-
-
-def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
-    """A tree from a JSON file: a bare tree (`Tree.to_dict`), or `optimize-tree --json` /
-    `-o` output, whose best result is taken, or the result of method `algo`."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such tree file") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    if not (isinstance(data, dict) and "results" in data):
-        if algo is not None:
-            raise InputError(f"--algo {algo}: {path} holds one bare tree, not optimize-tree "
-                             "output")
-        return TreeFile(_tree(data, path))
-    results = data["results"]
-    if not results:
-        raise InputError(f"{path}: optimize-tree output without results")
-    chosen = results[0] if algo is None else next(
-        (r for r in results if r.get("algo") == algo), None)
-    if chosen is None:
-        raise InputError(f"--algo {algo}: not in {path} (methods: "
-                         f"{', '.join(str(r.get('algo')) for r in results)})")
-    return TreeFile(_tree(chosen.get("tree"), path), data.get("target"), data.get("source"),
-                    chosen.get("algo"))
-
-
-def _tree(data: object, path: Path) -> Tree:
-    try:
-        return Tree.from_dict(data)
-    except InputError as exc:
-        raise InputError(f"{path}: {exc}") from None

@@ -1,145 +1,14 @@
-"""One scoring for every method: expected tokens, trace replay, and step time on hardware.
-
-A speculative step costs its drafted levels, one verification of the n tree tokens and the
-loop's bookkeeping: step = Σ_levels t_level + t_verify(n) + t_step. A draft-model level is one
-draft forward of a single token at the context length (draft levels of a small model at batch 1
-are memory-bound, so a level of width w costs about the same; the executor measures the
-difference; a tree's level forwards the nodes above it) plus the host's per-level work (tree
-build, top-k: the profile's `draft_level_host_s`, and `draft_node_host_s` per further node the
-level proposes for) and the forward's slowdown in a loop that alternates it with the target's
-(`draft_cold_s`); DySpec's live builder pays `dyspec_node_host_s` per further node instead (its
-candidate heap), SpecDec++ `stop_rule_s` per drafted token (its stop check); a model-free
-drafter's level (n-gram, suffix, recycling) is one proposal call, `drafter_s[source]` on the
-profile; t_step is the profile's `speculation_step_s` (commit, drafter updates); verification
-adds the profile's host work (the step's tensors, the rule: `verify_host_s`, or
-`sampled_verify_host_s` at temperature > 0) to the target's forward, and `verify_cold_s` (the
-forward's slowdown between the loop's drafting and bookkeeping). Host costs a profile has not
-measured count 0. Speedup compares tokens/s with autoregressive decoding (one target forward per
-token) on the same hardware and context.
-"""
+"""One scoring for every method: a tree's expected tokens, its exact replay over a trace, and its
+step time from the one step pricer (`hw_profiles.pricing.Pricing`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
-import numpy as np
-
-from specscope.hw_profiles import CostModel
+from specscope.hw_profiles.pricing import Pricing
 from specscope.trace import Trace, replay
-from specscope.trace.schema import MODEL_FREE_SOURCES
 from specscope.tree import Tree
-
-
-@dataclass(frozen=True)
-class Pricing:
-    """Prices speculative steps of one (hardware, target, drafter, context, batch)."""
-
-    target: CostModel
-    drafter: CostModel | None
-    context_len: int
-    batch: int = 1
-    ssm_verify: str = "stree"
-    temperature: float = 0.0
-
-    def level_s(self, source: str, forwarded: int = 1, expanded: int = 1) -> float:
-        """Seconds of one drafted level of `source`: a model-free drafter's propose call
-        (`drafter_s`), or a draft-model forward of the `forwarded` nodes it runs (the parents
-        and their ancestors) plus its host work for the `expanded` parents it proposes for."""
-        hw = self.target.hw
-        if source in MODEL_FREE_SOURCES:
-            return hw.drafter_s.get(source, 0.0)
-        if self.drafter is None:
-            return 0.0
-        return self._forward_s(forwarded) + (expanded - 1) * hw.draft_node_host_s
-
-    def _forward_s(self, forwarded: int) -> float:
-        """A draft-model level's forward of `forwarded` nodes and its per-call host work."""
-        forward = self.drafter.forward_time(self.batch, forwarded, self.context_len)
-        return float(forward) + self.level_host_s
-
-    @cached_property
-    def level_host_s(self) -> float:
-        """Seconds a draft-model level pays beyond its forward: the host's work and the
-        forward's slowdown in a loop that alternates it with the target's."""
-        hw = self.target.hw
-        return hw.draft_level_host_s + hw.draft_cold_s
-
-    def dyspec_calls_s(self, source: str, forwarded: Sequence[int], expanded: Sequence[int]
-                       ) -> float:
-        """Seconds of DySpec's live propose calls, each forwarding `forwarded[i]` nodes and
-        proposing for `expanded[i]` (`DraftedTree.forwarded`, `.expanded`)."""
-        if source in MODEL_FREE_SOURCES or self.drafter is None:
-            return sum(self.level_s(source) for _ in forwarded)
-        node = self.target.hw.dyspec_node_host_s
-        return sum(self._forward_s(f) + (e - 1) * node
-                   for f, e in zip(forwarded, expanded, strict=True))
-
-    @property
-    def stop_rule_s(self) -> float:
-        """Host seconds of SpecDec++'s stop check per drafted token."""
-        return self.target.hw.stop_rule_s
-
-    @property
-    def bookkeeping_s(self) -> float:
-        """Host seconds of one speculative step's bookkeeping (rule, commit, drafter updates)."""
-        return self.target.hw.speculation_step_s
-
-    @cached_property
-    def autoregressive_s(self) -> float:
-        """Seconds per token of plain autoregressive decoding."""
-        return float(self.target.forward_time(self.batch, 1, self.context_len))
-
-    @cached_property
-    def verify_extra_s(self) -> float:
-        """Seconds a verification pays beyond the target's forward: the host's work at this
-        temperature, and the forward's slowdown inside the loop."""
-        hw = self.target.hw
-        return hw.verify_host(self.temperature) + hw.verify_cold_s
-
-    def verify_s(self, n: int, depth: int, leaves: int | None = None) -> float:
-        """Seconds for the target to verify a tree of n tokens: its forward and
-        `verify_extra_s`."""
-        return float(
-            self.target.verify_time(
-                n, self.context_len, batch=self.batch, depth=depth, leaves=leaves,
-                ssm_verify=self.ssm_verify,
-            )
-        ) + self.verify_extra_s
-
-    def step_table(self, max_n: int, max_depth: int, source: str) -> np.ndarray:
-        """Seconds of one step for every tree size n ≤ max_n (rows) and depth d (columns):
-        d levels of `source` + one verification of n tokens + bookkeeping; row 0 is +inf (no
-        tree has 0 nodes)."""
-        sizes = np.arange(1, max_n + 1)
-        table = np.full((max_n + 1, max_depth + 1), np.inf)
-        for d in range(max_depth + 1):
-            verify = self.target.verify_time(sizes, self.context_len, batch=self.batch, depth=d,
-                                             ssm_verify=self.ssm_verify)
-            table[1:, d] = (d * self.level_s(source) + np.asarray(verify, dtype=float)
-                            + self.verify_extra_s + self.bookkeeping_s)
-        return table
-
-    def tree_step_s(self, tree: Tree) -> float:
-        """Seconds for one speculative step with this tree: one level per (depth, source) of its
-        drafted nodes, the verification and the bookkeeping."""
-        verify = self.verify_s(tree.size, tree.depth, int(tree.leaves.size))
-        return self.draft_s(tree) + verify + self.bookkeeping_s
-
-    def draft_s(self, tree: Tree) -> float:
-        """Seconds drafting `tree`: one `level_s` per (depth, source) holding drafted nodes; a
-        draft-model level forwards the nodes above it (root first) and proposes for the
-        distinct parents of its nodes. Summed in sorted order, not a set's (string-hash) order,
-        so every process gets the same float."""
-        parents: dict[tuple[int, str], set[int]] = {}
-        for v in range(1, tree.size):
-            parents.setdefault((int(tree.depths[v]), tree.sources[v]), set()).add(
-                int(tree.parents[v]))
-        above = np.cumsum(np.bincount(tree.depths, minlength=tree.depth + 1))
-        return sum(self.level_s(source, int(above[depth - 1]), len(parents[depth, source]))
-                   for depth, source in sorted(parents))
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from specscope.errors import InputError
-from specscope.optimizers.scoring import Pricing
+from specscope.hw_profiles.pricing import Pricing
 from specscope.optimizers.specdecpp_predictor import (
     FEATURES,
     AcceptancePredictor,

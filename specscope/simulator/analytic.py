@@ -11,7 +11,7 @@ context; for a chain of γ drafts with a constant acceptance α, G is Leviathan 
 
 from __future__ import annotations
 
-from specscope.optimizers.scoring import Pricing
+from specscope.hw_profiles.pricing import Pricing
 from specscope.tree import Acceptance, Tree
 
 

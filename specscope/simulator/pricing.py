@@ -45,9 +45,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specscope.hw_profiles import CostModel
-from specscope.optimizers.scoring import Pricing
+from specscope.hw_profiles.pricing import Pricing
+from specscope.names import MODEL_FREE_SOURCES
 from specscope.simulator.policies.base import Speculation
-from specscope.trace.schema import MODEL_FREE_SOURCES
 from specscope.tree import Tree
 
 BLOCK = 256

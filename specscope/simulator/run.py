@@ -20,7 +20,7 @@ import simpy
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
 from specscope.models import ModelSpec, get_model, list_models
-from specscope.optimizers.run import TreeFile, read_tree_file
+from specscope.names import MODEL_FREE_SOURCES
 from specscope.simulator.acceptance import Acceptance
 from specscope.simulator.entities import Group, KVCost, KVSpace, Request, kv_capacity
 from specscope.simulator.events import EventLog
@@ -34,8 +34,8 @@ from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
 from specscope.systems.base import SystemCosts
 from specscope.systems.registry import deploy
 from specscope.trace import AcceptanceModel, Trace, default_source, resolve_source
-from specscope.trace.schema import DRAFT_PREFIX, MODEL_FREE_SOURCES
-from specscope.tree import DEFAULT_SOURCE, Tree
+from specscope.trace.schema import DRAFT_PREFIX
+from specscope.tree import DEFAULT_SOURCE, Tree, TreeFile, read_tree_file
 
 PLACEMENTS = ("colocated", "separate")
 DEFAULT_PROMPT, DEFAULT_OUTPUT = "512", "256"

@@ -50,8 +50,8 @@ from typing import Any
 from specscope.errors import InputError
 from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.profile import profile_path
-from specscope.hw_profiles.runtime import RUNTIMES
 from specscope.models import get_model
+from specscope.names import MODEL_FREE_SOURCES, RUNTIMES
 from specscope.optimizers.compare import METHOD_NAMES, TREE_METHODS
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.scheduler import ROUTERS
@@ -59,7 +59,7 @@ from specscope.simulator.workload import ARRIVALS, WORKLOADS, LengthDist
 from specscope.systems.case import check_options
 from specscope.systems.registry import SYSTEMS
 from specscope.trace import Trace, read_trace, resolve_source
-from specscope.trace.schema import DRAFT_PREFIX, MODEL_FREE_SOURCES
+from specscope.trace.schema import DRAFT_PREFIX
 from specscope.tree import acceptance_table
 
 MODES = ("analytic", "simulate")

@@ -32,7 +32,9 @@ import polars as pl
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
+from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model
+from specscope.names import MODEL_FREE_SOURCES
 from specscope.optimizers.compare import (
     POLICY_METHODS,
     TREE_METHODS,
@@ -41,7 +43,7 @@ from specscope.optimizers.compare import (
     score_method,
     unavailable,
 )
-from specscope.optimizers.scoring import Pricing, score_tree
+from specscope.optimizers.scoring import score_tree
 from specscope.simulator.entities import kv_capacity
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.run import SimulateRequest, run_simulation
@@ -50,7 +52,6 @@ from specscope.sweeps.config import NO_SYSTEM
 from specscope.systems.base import SystemCosts
 from specscope.systems.registry import deploy
 from specscope.trace import AcceptanceModel, Trace, replay
-from specscope.trace.schema import MODEL_FREE_SOURCES
 from specscope.tree import Tree, acceptance_table, scaled_acceptance
 
 PARAMS: dict[str, pl.DataType] = {

@@ -17,9 +17,9 @@ from functools import cache
 from typing import Any
 
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
-from specscope.optimizers.scoring import Pricing
 from specscope.systems.case import Case
 
 

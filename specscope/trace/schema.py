@@ -42,11 +42,6 @@ SCHEMA: dict[str, pl.DataType] = {
 
 KEY = ("request_id", "pos", "source")
 DRAFT_PREFIX = "draft:"
-SEQUENCE_SOURCES = ("ngram", "suffix")
-"""Source names of the sequence drafters (they fill `proposal` and `match_len`)."""
-MODEL_FREE_SOURCES = frozenset({*SEQUENCE_SOURCES, "recycle", "stand"})
-"""Drafter sources that need no model forward (prompt lookup, suffix match, token recycling,
-STAND's n-gram table)."""
 
 _MAGIC = b"PAR1"
 

@@ -49,13 +49,8 @@ import polars as pl
 
 from specscope import __version__
 from specscope.errors import InputError
-from specscope.trace.schema import (
-    DRAFT_PREFIX,
-    SCHEMA,
-    SCHEMA_VERSION,
-    SEQUENCE_SOURCES,
-    Trace,
-)
+from specscope.names import SEQUENCE_SOURCES
+from specscope.trace.schema import DRAFT_PREFIX, SCHEMA, SCHEMA_VERSION, Trace
 
 
 @dataclass(frozen=True)

@@ -48,13 +48,13 @@ from specscope.executor.methods import (
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import Model, load_model
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
-from specscope.hw_profiles.measure import binary_tree, build, timer
+from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model
 from specscope.models.zoo import zoo_specs
 from specscope.optimizers.compare import TREE_METHODS, Setup
 from specscope.optimizers.dyspec import dyspec_build
-from specscope.optimizers.scoring import Pricing
 from specscope.optimizers.specdecpp import AUTHORS_THRESHOLD, specdecpp
+from specscope.profiling.measure import binary_tree, build, timer
 from specscope.trace import AcceptanceModel, Trace, accepted_lengths, replay, sequence_sources
 from specscope.tree import Tree
 from specscope.validate.grid import Config, config_grid

@@ -53,8 +53,8 @@ from specscope.executor.drafters.model_free import (
 )
 from specscope.executor.drafters.rasd import RASD, RasdDrafter
 from specscope.executor.drafters.stand import STAND, StandDrafter
-from specscope.executor.names import DRAFTERS
 from specscope.executor.targets import Model
+from specscope.names import DRAFTERS
 
 
 def make_drafter(

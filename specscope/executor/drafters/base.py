@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import torch
 
+from specscope.draft import DraftNode, Proposal
 from specscope.errors import InputError
 from specscope.executor.targets import Model
-from specscope.optimizers.dyspec import DraftNode, Proposal
 from specscope.tree import DEFAULT_SOURCE
 
 ROOT = DraftNode(0, -1, -1, 0)

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from specscope.draft import DraftNode, Proposal
 from specscope.executor.drafters.base import Drafter, check_sampling
 from specscope.executor.targets import Model
 from specscope.executor.verify import draw_children, probabilities
-from specscope.optimizers.dyspec import DraftNode, Proposal
 from specscope.tree import ROOT_SOURCE, Tree
 
 

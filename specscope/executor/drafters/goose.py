@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specscope.draft import DraftNode, Proposal
 from specscope.executor.drafters.base import Composite, Drafter
 from specscope.executor.drafters.model_free import NgramDrafter, RecycleDrafter
-from specscope.optimizers.dyspec import DraftNode, Proposal
 
 
 class GooseDrafter(Composite):

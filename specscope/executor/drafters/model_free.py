@@ -9,8 +9,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from specscope.draft import DraftNode, Proposal
 from specscope.executor.drafters.base import Drafter
-from specscope.optimizers.dyspec import DraftNode, Proposal
 
 RECYCLE = "recycle"
 """Source name of the token-recycling drafter (Goose's branches)."""

@@ -43,11 +43,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specscope.draft import DraftNode, Proposal
 from specscope.errors import InputError
 from specscope.executor.drafters.base import Composite
 from specscope.executor.drafters.draft_model import DraftModelDrafter
 from specscope.executor.drafters.model_free import SuffixDrafter
-from specscope.optimizers.dyspec import DraftNode, Proposal
 
 RASD = "rasd"
 """Drafter name; its trace source is `rasd:<draft model>` (priced as that draft model)."""

@@ -39,10 +39,10 @@ from collections.abc import Sequence
 
 import torch
 
+from specscope.draft import DraftNode, Proposal
 from specscope.errors import InputError
 from specscope.executor.drafters.base import Drafter, check_sampling
 from specscope.executor.verify import draw_children, probabilities
-from specscope.optimizers.dyspec import DraftNode, Proposal
 
 STAND = "stand"
 """Source name of the STAND drafter."""

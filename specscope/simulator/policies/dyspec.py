@@ -48,13 +48,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specscope.optimizers.dyspec import (
-    DraftNode,
-    DySpecPolicy,
-    Propose,
-    ScoreCalibration,
-    draft_scores,
-)
+from specscope.draft import DraftNode, Propose
+from specscope.optimizers.dyspec import DySpecPolicy, ScoreCalibration, draft_scores
 from specscope.simulator.policies.base import Policy, PolicySetup, Slot, Speculation, StepView
 from specscope.simulator.policies.positions import RequestPath, TracePositions
 

@@ -24,9 +24,9 @@ import torch
 
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import CachedModel, HybridModel, Model, SSMModel, load_model
-from specscope.hw_profiles.profile import DRAFTERS
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Hybrid, Mamba2, Transformer
+from specscope.names import HOST_DRAFTERS
 from specscope.tree import Tree
 
 if TYPE_CHECKING:  # the executor's loop imports polars, which the GPU image may lack
@@ -326,7 +326,8 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
     methods = _draft_methods(levels)
     drafter_s: dict[str, float] = {}
     verify_s, sampled_s, bookkeeping, cold_verify = [], [], [], []
-    for kind, temperature in [(kind, 0.0) for kind in DRAFTERS] + [("ngram", SAMPLED_TEMPERATURE)]:
+    runs_of = [(kind, 0.0) for kind in HOST_DRAFTERS] + [("ngram", SAMPLED_TEMPERATURE)]
+    for kind, temperature in runs_of:
         for _ in range(runs):
             run = _loop_run(target, kind, None, methods["chain"], prompt, temperature)
             host = (run.times.verify_s - sum(run.verified.seconds)) / run.steps

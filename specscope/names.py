@@ -1,5 +1,5 @@
-"""The names the executor's options take, importable without torch (`specscope ... --help` lists
-them; the modules that use them import them from here)."""
+"""Every vocabulary of specscope's options, defined once and importable without torch or polars
+(`specscope ... --help` lists them; the modules that use them import them from here)."""
 
 DEVICES = ("cpu", "cuda", "auto")
 """`--device` choices; auto is cuda when a GPU is visible, else cpu."""
@@ -7,10 +7,19 @@ PROFILE_DEVICES = ("cpu", "cuda")
 """`profile-hw --device` choices: a profile measures one real device."""
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 """`--dtype` choices: the dtype of weights, caches and activations."""
+RUNTIMES = ("eager", "graph", "compile")
+"""How steps run, and what a profile prices: eager operators, CUDA graphs, torch.compile."""
 DRAFTERS = ("draft", "ngram", "suffix", "recycle", "goose", "stand", "rasd", "layerskip")
 """Drafter names, as `--drafter` takes them."""
 COLLECT_DRAFTERS = ("draft", "ngram", "suffix", "recycle", "stand", "rasd", "layerskip")
 """Drafters `collect` can trace (Goose is traced as its parts, ngram and recycle)."""
+HOST_DRAFTERS = ("ngram", "suffix", "recycle", "goose")
+"""Model-free drafters whose per-step host time a profile measures (`[drafters]` `<name>_us`)."""
+SEQUENCE_SOURCES = ("ngram", "suffix")
+"""Source names of the sequence drafters (they fill `proposal` and `match_len`)."""
+MODEL_FREE_SOURCES = frozenset({*SEQUENCE_SOURCES, "recycle", "stand"})
+"""Drafter sources that need no model forward (prompt lookup, suffix match, token recycling,
+STAND's n-gram table)."""
 RULES = ("greedy", "deterministic", "specinfer", "sequoia", "rsd", "traversal")
 """Verification rule names, as `generate(rule=...)` takes them (rsd is sequoia's rule under the
 name of Recursive Speculative Decoding, whose verification it is)."""

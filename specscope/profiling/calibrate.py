@@ -39,11 +39,22 @@ import torch
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
-from specscope.executor.names import PROFILE_DEVICES
-from specscope.executor.runtime import RUNTIMES, Runtime
+from specscope.executor.runtime import Runtime
 from specscope.hw_profiles.cost import CostModel
-from specscope.hw_profiles.fit import least_squares_fit
-from specscope.hw_profiles.measure import (
+from specscope.hw_profiles.profile import (
+    DATA_DIR,
+    HardwareProfile,
+    check_name,
+    load_profile,
+    user_profile_dir,
+    with_runtime,
+)
+from specscope.hw_profiles.runtime import FIELDS, runtime_toml
+from specscope.models import get_model
+from specscope.models.spec import ModelSpec
+from specscope.names import PROFILE_DEVICES, RUNTIMES
+from specscope.profiling.fit import least_squares_fit
+from specscope.profiling.measure import (
     SAMPLED_TEMPERATURE,
     LoopCosts,
     Point,
@@ -56,16 +67,6 @@ from specscope.hw_profiles.measure import (
     provenance,
     release,
 )
-from specscope.hw_profiles.profile import (
-    DATA_DIR,
-    HardwareProfile,
-    check_name,
-    load_profile,
-    user_profile_dir,
-)
-from specscope.hw_profiles.runtime import FIELDS, runtime_toml, with_runtime
-from specscope.models import get_model
-from specscope.models.spec import ModelSpec
 
 if TYPE_CHECKING:  # the drafters import polars, which the GPU image may lack
     pass

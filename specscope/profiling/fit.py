@@ -1,6 +1,6 @@
 """Fit profiles' runtime parameters to measurements, with scipy least squares.
 
-`python -m specscope.hw_profiles.fit a100|h100 [--write]` fits and prints each row's error;
+`python -m specscope.profiling.fit a100|h100 [--write]` fits and prints each row's error;
 `--write` stores the result.
 
 - `a100`: its `compile` runtime (gpt-fast: torch.compile + CUDA graphs) and interconnect and
@@ -36,8 +36,14 @@ from scipy.optimize import least_squares
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
 from specscope.hw_profiles.cost import CostModel
-from specscope.hw_profiles.profile import DATA_DIR, HardwareProfile, load_profile, profile_path
-from specscope.hw_profiles.runtime import FIELDS, RuntimeParams, runtime_toml, with_runtime
+from specscope.hw_profiles.profile import (
+    DATA_DIR,
+    HardwareProfile,
+    load_profile,
+    profile_path,
+    with_runtime,
+)
+from specscope.hw_profiles.runtime import FIELDS, RuntimeParams, runtime_toml
 from specscope.models.catalogue import get_model
 
 GPTFAST_A100 = DATA_DIR / "published" / "gptfast_a100.csv"
@@ -357,7 +363,7 @@ def _main_a100(write: bool) -> None:
         write_params(path, {k: v for k, v in values.items() if k in PROFILE_FIELDS})
         write_runtime(path, dataclasses.replace(hw.runtime("compile"), origin=(
             f"{', '.join(k for k in A100_FIELDS if k not in PROFILE_FIELDS)} fitted by `python -m "
-            "specscope.hw_profiles.fit a100` on gpt-fast's A100 table; the other terms scaled "
+            "specscope.profiling.fit a100` on gpt-fast's A100 table; the other terms scaled "
             "from h100's fitted compile runtime")))
         print(f"wrote {path}")
 
@@ -394,7 +400,7 @@ def _main_h100(write: bool) -> None:
 def _h100_origin(name: str) -> str:
     """Where each h100 runtime section comes from."""
     return {
-        "graph": "fitted by `python -m specscope.hw_profiles.fit h100` on the 45 CUDA-graph "
+        "graph": "fitted by `python -m specscope.profiling.fit h100` on the 45 CUDA-graph "
                  "verify rows of data/measured/h100-transformer.csv (dense tree mask)",
         "eager": "device terms of the graph fit; host terms fitted on the 45 eager verify rows "
                  "of data/measured/h100-transformer.csv",
