@@ -31,14 +31,39 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pulp
 
 from specscope.errors import InputError
 from specscope.optimizers.baselines import best_first_tree
 from specscope.optimizers.sequoia import SequoiaDP
 from specscope.tree import ROOT_SOURCE, Acceptance, Tree, acceptance_table
+
+if TYPE_CHECKING:  # imported where the program is solved: the GPU image has no PuLP
+    import pulp
+
+PULP_MISSING = ("ETS solves an integer program with PuLP and its CBC solver, which is not "
+                "installed here (pip install 'pulp>=3.3.1,<4')")
+
+
+def pulp_available() -> bool:
+    """Whether PuLP imports here (ETS needs it; nothing else does)."""
+    try:
+        import pulp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pulp() -> ModuleType:
+    """The `pulp` module, or a one-line `InputError` where it is not installed."""
+    try:
+        import pulp
+    except ImportError as exc:
+        raise InputError(PULP_MISSING) from exc
+    return pulp
 
 NodeKey = tuple[str, tuple[int, ...]]
 """A pool node by its drafter source and child ranks from the root (0-based)."""
@@ -218,6 +243,7 @@ def _program(
     side: _Side,
 ) -> tuple[pulp.LpProblem, list[list[pulp.LpVariable]]]:
     """The integer program over every request's pool (see the module docstring)."""
+    pulp = _pulp()
     prob = pulp.LpProblem("ets", pulp.LpMaximize)
     pool_size = sum(pool.size for pool in pools)
     group_of = _group_of(side.groups)
@@ -267,6 +293,7 @@ def _solve(
             f"kv_budget_bytes={side.kv_budget_bytes} cannot hold the {len(requests)} root "
             f"token(s) at {side.kv_bytes_per_token} bytes each"
         )
+    pulp = _pulp()
     pools = _pools(requests, total, max_depth, pool_factor)
     prob, xs = _program(requests, pools, total, side)
     # CBC's default cutoff increment discards improvements below ~1e-5, which deep nodes'

@@ -53,11 +53,12 @@ from specscope.models import get_model
 from specscope.models.zoo import zoo_specs
 from specscope.optimizers.compare import TREE_METHODS, Setup
 from specscope.optimizers.dyspec import dyspec_build
+from specscope.optimizers.ets import PULP_MISSING, pulp_available
 from specscope.optimizers.specdecpp import AUTHORS_THRESHOLD, specdecpp
 from specscope.profiling.measure import binary_tree, build, timer
 from specscope.trace import AcceptanceModel, Trace, accepted_lengths, replay, sequence_sources
 from specscope.tree import Tree
-from specscope.validate.grid import Config, config_grid
+from specscope.validate.grid import BATCH_NOTE, Config, config_grid
 from specscope.validate.report import Fidelity, Measured, Outcome, Prediction, Validation
 
 DEFAULT_PROMPTS = "builtin:code-edit,builtin:stdlib-code"
@@ -123,6 +124,10 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
     costs = {name: CostModel(profile, get_model(name), runtime=runtime.kind)
              for name in (req.model, req.draft_model)}
     configs = list(req.configs or config_grid(req.quick))
+    notes = [BATCH_NOTE]
+    if not pulp_available() and any(c.method == "ets" for c in configs):
+        notes.append(f"ETS configurations skipped: {PULP_MISSING}")
+        configs = [c for c in configs if c.method != "ets"]
     sizes = req.sizes or (QUICK_SIZES if req.quick else FULL_SIZES)
     target, tokenizer = load_model(req.model, runtime=runtime)
     draft = load_model(req.draft_model, runtime=runtime)[0]
@@ -182,7 +187,7 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
         calibration_prompts=len(calibration), held_out_prompts=len(held_out),
         max_new=sizes.max_new, passes=sizes.passes, outcomes=outcomes,
         setup_s=sum(m.setup_s for m in (target, draft)), wall_s=time.perf_counter() - start,
-        host_costs=host_costs(profile), machine_drift=drift,
+        host_costs=host_costs(profile), machine_drift=drift, notes=notes,
     )
 
 
