@@ -255,6 +255,83 @@ def load_tree(path: str | Path) -> Tree:
     return read_tree_file(path).tree
 
 
+@dataclass(frozen=True)
+class MethodRequest:
+    """What a method is shaped from: the budget (tree size, root included), the drafter, a
+    calibration pass (`calibrate(drafters)` → a trace and a description of the pass) and the
+    acceptance vector stored with a zoo model, when there is one."""
+
+    budget: int | None
+    drafter: Drafter
+    calibrate: Callable[[Sequence[Drafter]], tuple[Trace, str]]
+    stored: np.ndarray | None = None
+
+    def acceptance(self) -> tuple[np.ndarray, str]:
+        """The drafter's positional acceptance and where it came from: the stored vector, else a
+        calibration pass."""
+        if self.stored is not None:
+            return self.stored, "acceptance stored with the model"
+        trace, how = self.calibrate([self.drafter])
+        return AcceptanceModel.from_trace(trace, self.drafter.source).p, how
+
+
+def _chain(r: MethodRequest) -> Method:
+    depth = min(r.budget - 1, MAX_DEPTH)
+    return static_method("chain", Tree.chain(depth, r.drafter.source), f"chain of {depth}")
+
+
+def _goose(r: MethodRequest) -> Method:
+    if not isinstance(r.drafter, GooseDrafter):
+        raise InputError("--algo goose needs a Goose drafter (spine and recycling branches)")
+    trace, how = r.calibrate([r.drafter.spine, r.drafter.branches])
+    spine_p = AcceptanceModel.from_trace(trace, r.drafter.spine.source).p
+    branch_p = AcceptanceModel.from_trace(trace, r.drafter.branches.source,
+                                          depth_dependent=True, max_depth=BRANCH_DEPTH).p
+    return goose_method(GoosePolicy(float(spine_p[0])), branch_p, r.budget,
+                        f"branch shapes and initial spine acceptance from {how}")
+
+
+def _specdecpp(r: MethodRequest) -> Method:
+    trace, how = r.calibrate([r.drafter])
+    predictor = AcceptancePredictor.fit(_as_ranked(trace), r.drafter.source)
+    return specdecpp_method(predictor, r.budget, f"predictor fitted on {how}")
+
+
+def _stand(r: MethodRequest) -> Method:
+    trace, how = r.calibrate([r.drafter])
+    return static_method("stand", data_driven_tree(trace, r.drafter.source, r.budget, MAX_DEPTH),
+                         f"stand tree: the most accepted nodes of a template replayed on {how}")
+
+
+def _rsd_s(r: MethodRequest) -> Method:
+    p, how = r.acceptance()
+    beam = matching_beam(SequoiaDP(p, r.budget, MAX_DEPTH).tree(r.budget))
+    return rsd_s_method(r.budget, beam, origin=f"stochastic beam search, beam {beam} (the "
+                        f"Sequoia tree's size and depth, from {how})")
+
+
+def _optimized(algo: str, r: MethodRequest) -> Method:
+    """`optimize-tree`'s method `algo` on the drafter's acceptance, within the budget."""
+    p, how = r.acceptance()
+    ranks = np.atleast_2d(p).shape[1]
+    size = min(r.budget, sum(ranks**d for d in range(MAX_DEPTH + 1)))  # one rank: a chain
+    tree = TREE_METHODS[algo](Setup(p, r.drafter.source, None, MAX_DEPTH), size, MAX_DEPTH)
+    return static_method(algo, tree, f"{algo} tree from {how}")
+
+
+METHODS: dict[str, Callable[[MethodRequest], Method]] = {
+    **{algo: partial(_optimized, algo) for algo in STATIC_METHODS},
+    "chain": _chain,
+    "dyspec": lambda r: dyspec_method(r.budget),
+    "goose": _goose,
+    "specdecpp": _specdecpp,
+    "rsd-s": _rsd_s,
+    "stand": _stand,
+}
+"""Every `generate --algo` method by name: the static trees of `optimize-tree`, shaped on the
+drafter's acceptance, and the methods that grow each step's tree live or from a trace."""
+
+
 def resolve_method(
     algo: str,
     budget: int | None,
@@ -262,55 +339,19 @@ def resolve_method(
     calibrate: Callable[[Sequence[Drafter]], tuple[Trace, str]],
     stored: np.ndarray | None = None,
 ) -> Method:
-    """The named method for `drafter` at `budget` (tree size, root included).
+    """The named method (`METHODS`) for `drafter` at `budget` (tree size, root included).
 
     Static methods shape their tree from the acceptance vector `stored` with the model when
     given, else from `calibrate([drafter])` (a trace and a description of the pass); SpecDec++
     fits its predictor, Goose its branch shapes and STAND its tree on the calibration trace too.
     """
-    known = STATIC_METHODS + TRACE_METHODS + DYNAMIC_METHODS
-    if algo not in known:
-        raise InputError(f"--algo: unknown method {algo!r}; known: {', '.join(known)}")
+    if algo not in METHODS:
+        raise InputError(f"--algo: unknown method {algo!r}; known: {', '.join(METHODS)}")
     if budget is None and algo != "goose":
         raise InputError(f"--algo {algo} needs --budget")
     if budget is not None and budget < 2:
         raise InputError(f"--budget must be ≥ 2 (tree size counts the root), got {budget}")
-    if algo == "chain":
-        return static_method("chain", Tree.chain(min(budget - 1, MAX_DEPTH), drafter.source),
-                             f"chain of {min(budget - 1, MAX_DEPTH)}")
-    if algo == "dyspec":
-        return dyspec_method(budget)
-    if algo == "goose":
-        if not isinstance(drafter, GooseDrafter):
-            raise InputError("--algo goose needs a Goose drafter (spine and recycling branches)")
-        trace, how = calibrate([drafter.spine, drafter.branches])
-        spine_p = AcceptanceModel.from_trace(trace, drafter.spine.source).p
-        branch_p = AcceptanceModel.from_trace(trace, drafter.branches.source,
-                                              depth_dependent=True, max_depth=BRANCH_DEPTH).p
-        return goose_method(GoosePolicy(float(spine_p[0])), branch_p, budget,
-                            f"branch shapes and initial spine acceptance from {how}")
-    if algo == "specdecpp":
-        trace, how = calibrate([drafter])
-        predictor = AcceptancePredictor.fit(_as_ranked(trace), drafter.source)
-        return specdecpp_method(predictor, budget, f"predictor fitted on {how}")
-    if algo == "stand":
-        trace, how = calibrate([drafter])
-        return static_method("stand", data_driven_tree(trace, drafter.source, budget, MAX_DEPTH),
-                             f"stand tree: the most accepted nodes of a template replayed on "
-                             f"{how}")
-    if stored is not None:
-        p, how = stored, "acceptance stored with the model"
-    else:
-        trace, how = calibrate([drafter])
-        p = AcceptanceModel.from_trace(trace, drafter.source).p
-    if algo == "rsd-s":
-        beam = matching_beam(SequoiaDP(p, budget, MAX_DEPTH).tree(budget))
-        return rsd_s_method(budget, beam, origin=f"stochastic beam search, beam {beam} (the "
-                            f"Sequoia tree's size and depth, from {how})")
-    ranks = np.atleast_2d(p).shape[1]
-    size = min(budget, sum(ranks**d for d in range(MAX_DEPTH + 1)))  # one rank: a chain
-    tree = TREE_METHODS[algo](Setup(p, drafter.source, None, MAX_DEPTH), size, MAX_DEPTH)
-    return static_method(algo, tree, f"{algo} tree from {how}")
+    return METHODS[algo](MethodRequest(budget, drafter, calibrate, stored))
 
 
 def _as_ranked(trace: Trace) -> Trace:

@@ -22,7 +22,7 @@ drafter works with any tree method.
 
 One module per kind: `base` (the interface, `Composite`, `propose_chain`), `draft_model`,
 `model_free` (n-gram, suffix, recycling), `goose`, `rasd`, `layerskip` and `stand`;
-`make_drafter` builds one by name.
+`make_drafter` builds one by name from the `BUILDERS` registry.
 
 Life cycle, driven by the executor and by trace collection: `start` (new request), then per step
 `begin` (committed context; its last token is the root), `propose` (level by level), `update`
@@ -31,6 +31,9 @@ accepted drafted tokens); `finish` (response done).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -57,6 +60,52 @@ from specscope.executor.targets import Model
 from specscope.names import DRAFTERS
 
 
+@dataclass(frozen=True)
+class DraftRequest:
+    """What a drafter may be built from: the vocabulary, a draft model or the target (for
+    self-speculation), and how children are drawn (`sample`, at `temperature`, from
+    `generator`; None for top-k)."""
+
+    vocab_size: int
+    draft_model: Model | None = None
+    sample: str | None = None
+    temperature: float = 0.0
+    generator: torch.Generator | None = None
+    target: Model | None = None
+    layer_skip: LayerSkipOptions | None = None
+
+    def model(self, name: str) -> Model:
+        """The draft model drafter `name` runs; an `InputError` when none was given."""
+        if self.draft_model is None:
+            raise InputError(f"--drafter {name} needs --draft-model")
+        return self.draft_model
+
+
+def _layerskip(r: DraftRequest) -> Drafter:
+    if r.target is None:
+        raise InputError("--drafter layerskip drafts with the target's own layers and needs the "
+                         "target model")
+    return layer_skip_drafter(r.target, r.layer_skip or LayerSkipOptions(), r.sample,
+                              r.temperature, r.generator)
+
+
+BUILDERS: dict[str, Callable[[DraftRequest], Drafter]] = {
+    "draft": lambda r: DraftModelDrafter(r.model("draft"), r.sample, r.temperature, r.generator),
+    "ngram": lambda r: NgramDrafter(),
+    "suffix": lambda r: SuffixDrafter(),
+    RECYCLE: lambda r: RecycleDrafter(r.vocab_size),
+    "goose": lambda r: GooseDrafter(NgramDrafter(), RecycleDrafter(r.vocab_size)),
+    STAND: lambda r: StandDrafter(r.vocab_size, sample=r.sample, temperature=r.temperature,
+                                  generator=r.generator),
+    RASD: lambda r: RasdDrafter(DraftModelDrafter(r.model(RASD), None, r.temperature),
+                                SuffixDrafter()),
+    LAYERSKIP: _layerskip,
+}
+"""Every drafter by its `--drafter` name (`names.DRAFTERS`, in that order)."""
+SAMPLED_DRAFTERS = ("draft", LAYERSKIP, STAND)
+"""Drafters that can draw children from their distribution (`sample`) instead of a top-k."""
+
+
 def make_drafter(
     name: str,
     vocab_size: int,
@@ -67,38 +116,16 @@ def make_drafter(
     target: Model | None = None,
     layer_skip: LayerSkipOptions | None = None,
 ) -> Drafter:
-    """The drafter called `name` (one of `DRAFTERS`); "draft" and "rasd" need `draft_model`;
-    "layerskip" needs the `target` (and takes `layer_skip`, default SWIFT); `sample` (children
-    drawn from the drafter's distribution) needs "draft", "stand" or "layerskip"."""
-    if name == "draft":
-        if draft_model is None:
-            raise InputError("--drafter draft needs --draft-model")
-        return DraftModelDrafter(draft_model, sample, temperature, generator)
-    if name == LAYERSKIP:
-        if target is None:
-            raise InputError("--drafter layerskip drafts with the target's own layers and "
-                             "needs the target model")
-        return layer_skip_drafter(target, layer_skip or LayerSkipOptions(), sample, temperature,
-                                  generator)
-    if name == STAND:
-        return StandDrafter(vocab_size, sample=sample, temperature=temperature,
-                            generator=generator)
-    if sample is not None:
-        raise InputError(f"sampled drafts need --drafter layerskip, draft or stand, "
+    """The drafter called `name` (one of `DRAFTERS`, built by `BUILDERS`): "draft" and "rasd"
+    need `draft_model`, "layerskip" the `target` (default layer skip: SWIFT); `sample` (children
+    drawn from the drafter's distribution) needs one of `SAMPLED_DRAFTERS`."""
+    if name not in BUILDERS:
+        raise InputError(f"--drafter: unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
+    if sample is not None and name not in SAMPLED_DRAFTERS:
+        raise InputError(f"sampled drafts need --drafter {', '.join(SAMPLED_DRAFTERS)}, "
                          f"not {name!r}")
-    if name == "ngram":
-        return NgramDrafter()
-    if name == "suffix":
-        return SuffixDrafter()
-    if name == "recycle":
-        return RecycleDrafter(vocab_size)
-    if name == "goose":
-        return GooseDrafter(NgramDrafter(), RecycleDrafter(vocab_size))
-    if name == RASD:
-        if draft_model is None:
-            raise InputError("--drafter rasd needs --draft-model")
-        return RasdDrafter(DraftModelDrafter(draft_model, None, temperature), SuffixDrafter())
-    raise InputError(f"--drafter: unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
+    return BUILDERS[name](DraftRequest(vocab_size, draft_model, sample, temperature, generator,
+                                       target, layer_skip))
 
 
 __all__ = ["DRAFTERS", "LAYERSKIP", "RASD", "RECYCLE", "ROOT", "STAND", "DraftModelDrafter",
