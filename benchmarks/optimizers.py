@@ -31,7 +31,8 @@ NEG = float("-inf")
 
 
 def reference_dp(p: list[float], budget: int, levels: int) -> float:
-    """The recurrence of ALGORITHMS.md as plain nested loops: best G for `budget` nodes."""
+    """The recurrence of docs/methods.md#sequoia as plain nested loops: best G for `budget`
+    nodes."""
     ranks = len(p)
     best = [[NEG] * (budget + 1) for _ in range(levels + 1)]  # best[l][m]
     for lvl in range(1, levels + 1):

@@ -4,7 +4,8 @@ Run `.venv/bin/python benchmarks/published.py`. Every row names its source; "rat
 published (above 1: specscope predicts more tokens/s, or a longer time, than was measured).
 
 Groups:
-- gpt-fast A100 (fit): the 13 rows the a100 profile was calibrated on (HARDWARE.md's table).
+- gpt-fast A100 (fit): the 13 rows the a100 profile was calibrated on
+  (docs/hardware.md#measured-data).
 - gpt-fast A100 (held out): later rows of the same README on the same 330 W machine, never fitted.
 - lmdeploy A100: TurboMind fp16 static batch-1 generation, output tokens / request time.
 - TensorRT-LLM A100: fp16 batch-1 time to first token (one forward over the prompt).

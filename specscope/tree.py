@@ -5,9 +5,9 @@ token); node i > 0 has a parent with a smaller index, a `rank` (0-based rank of 
 the parent's candidates from its drafter) and a `source` (which drafter proposed it). Depth counts
 drafted levels below the root, so a chain of four drafts has n = 5 and depth 4.
 
-Expected tokens per step under a positional acceptance vector p (DESIGN.md): a node reached by
-child ranks (k_1..k_d) is accepted with probability f = p[k_1]·…·p[k_d], and G = Σ_v f(v), the
-root contributing the bonus token.
+Expected tokens per step under a positional acceptance vector p (docs/methods.md#notation): a node
+reached by child ranks (k_1..k_d) is accepted with probability f = p[k_1]·…·p[k_d], and G = Σ_v
+f(v), the root contributing the bonus token.
 
 A tree file is JSON: a bare tree (`Tree.to_dict`) or `optimize-tree --json`/`-o` output, whose
 results each carry a tree (`read_tree_file`).

@@ -69,7 +69,8 @@ def test_collected_trace_validates_and_drives_optimize_tree(models, prompts, tmp
 @pytest.mark.parametrize("drafter", ["draft", "ngram"])
 def test_replaying_the_trace_predicts_the_executors_steps_exactly(models, prompts,
                                                                    drafter: str) -> None:
-    """DESIGN.md: candidates on the true prefix replay any static tree exactly (greedy)."""
+    """docs/architecture.md#trace-schema: candidates on the true prefix replay any static tree
+    exactly (greedy)."""
     target, draft = models
     trace = trace_of(models, prompts)
     chosen = make_drafter(drafter, V, draft)

@@ -283,8 +283,8 @@ def subtree(tree: Tree, keep: list[int]) -> Tree:
 def test_goose_accepts_at_least_what_its_spine_or_its_root_branches_would_alone(
     transformer: Case,
 ) -> None:
-    """ALGORITHMS.md: the Goose tree contains the spine chain and the root branches, so every
-    step accepts at least as many tokens as either would on its own."""
+    """docs/methods.md#goose: the Goose tree contains the spine chain and the root branches, so
+    every step accepts at least as many tokens as either would on its own."""
     drafter, method = transformer.method("ngram", "goose")
     gains = 0
     for prompt in transformer.prompts[:12]:

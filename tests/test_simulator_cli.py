@@ -125,7 +125,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
 
 
 def test_the_simulator_imports_neither_torch_nor_the_executor() -> None:
-    """DESIGN.md: the simulator starts fast and works without torch."""
+    """docs/architecture.md: the simulator starts fast and works without torch."""
     code = ("import sys; from specscope.simulator.run import run_simulation; "
             "print(sorted(m for m in ('torch', 'specscope.executor', 'specscope.validate') "
             "if m in sys.modules))")

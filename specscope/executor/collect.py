@@ -2,7 +2,7 @@
 
 Per request, the target first generates its continuation (greedy, or sampled at the temperature
 with the request's seed), keeping its probabilities at every position. Then each drafter gives
-its candidates for every position *given the true prefix* (DESIGN.md, "The trace"):
+its candidates for every position *given the true prefix* (docs/architecture.md#trace-schema):
 
 - a draft model: one forward over the whole sequence gives its top-K at every position;
 - n-gram and suffix: candidates at the position and the proposal (the top candidate followed as

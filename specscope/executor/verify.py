@@ -1,6 +1,6 @@
 """Verification rules: which drafted nodes the target accepts, and the token that follows them.
 
-Every rule but `traversal` walks the tree from the root (ALGORITHMS.md, "Verification"). At an
+Every rule but `traversal` walks the tree from the root (docs/methods.md#verification-rules). At an
 accepted node it tries the node's children in index order; the first child accepted becomes the
 next node; when no child is accepted the walk stops and the target supplies one more token there
 (the bonus). The output is the accepted path and the bonus token, so a step yields len(path)

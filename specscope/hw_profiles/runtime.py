@@ -1,7 +1,7 @@
 """What a runtime adds to a step's cost: host issue time, device gaps and achieved efficiencies.
 
 The same forward pass costs very different times depending on what executes it. A profile holds
-one `[runtime.<name>]` section per runtime it prices (DESIGN.md, "Cost model"):
+one `[runtime.<name>]` section per runtime it prices (docs/hardware.md#runtimes):
 
 - `eager`: operators issued one by one from Python (Hugging Face eager, research code): the host
   spends `host_layer_us` per layer dispatching them, and a GPU waits on it (launch-bound).

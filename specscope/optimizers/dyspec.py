@@ -79,9 +79,9 @@ class ScoreCalibration:
         """Isotonic regression of acceptance on cand_scores[k] over every (row, k) of `source`.
 
         Acceptance of the k-th candidate is 1 when rank == k on a greedy trace, its target
-        probability cand_target_probs[k] at temperature > 0 (DESIGN.md: with deterministic
-        candidates that is the marginal acceptance). Pooled over ranks, so one map serves every
-        child of a live tree.
+        probability cand_target_probs[k] at temperature > 0 (docs/architecture.md#trace-schema: with
+        deterministic candidates that is the marginal acceptance). Pooled over ranks, so one map
+        serves every child of a live tree.
         """
         source = resolve_source(trace, source)
         rows = trace.df.filter(pl.col("source") == source)

@@ -22,8 +22,8 @@ from specscope.optimizers.compare import (
     compare,
     resolve_algos,
 )
-from specscope.trace import AcceptanceModel, Trace, read_trace, resolve_source
-from specscope.tree import acceptance_table
+from specscope.trace import AcceptanceModel, Trace, drafting, read_trace
+from specscope.tree import DEFAULT_SOURCE, acceptance_table
 
 DEFAULT_TARGET = "llama-2-7b"
 DEFAULT_DRAFTER = "llama-68m"
@@ -66,7 +66,8 @@ class OptimizeResult:
     reference: str = DP_REFERENCE
 
     def to_dict(self) -> dict[str, Any]:
-        """The `--json` document of DESIGN.md, plus the Pareto rows and skipped methods."""
+        """The `--json` document (docs/architecture.md#tree-files), plus the Pareto rows and
+        skipped methods."""
         doc: dict[str, Any] = {
             "hardware": self.hardware,
             "target": self.target,
@@ -111,21 +112,24 @@ def run_optimize(req: OptimizeRequest) -> OptimizeResult:
     trace: Trace | None = None
     if req.trace_path is not None:
         trace = read_trace(req.trace_path)
-        source = resolve_source(trace, req.source)
+        chosen = drafting(trace, req.source, req.drafter, list_models())
+        source = chosen.source
         model = AcceptanceModel.from_trace(
             trace, source, depth_dependent=req.depth_dependent, max_depth=req.max_depth
         )
         p = np.asarray(model.p)
         context = req.context if req.context is not None else trace.mean_context_len
         target = req.target or _catalogue_or(trace.target, DEFAULT_TARGET)
-        skipped = None if req.drafter else _skipped_target(trace, source, target)
-        drafter = req.drafter or (skipped.name if skipped else _drafter_for(source))
+        skipped = (None if chosen.kept_layers is None
+                   else skipped_target(get_model(target), chosen.kept_layers, source))
+        drafter = chosen.drafter or (skipped.name if skipped else NO_DRAFTER)
     else:
         p = acceptance_table(req.acceptance, "--acceptance")[0]
-        source = req.source or "draft"
+        chosen = drafting(None, req.source or DEFAULT_SOURCE, req.drafter, list_models())
+        source = chosen.source
         context = req.context if req.context is not None else DEFAULT_CONTEXT
         target = req.target or DEFAULT_TARGET
-        drafter = req.drafter or DEFAULT_DRAFTER
+        drafter = chosen.drafter or DEFAULT_DRAFTER
         skipped = None
 
     def cost_model(spec: ModelSpec) -> CostModel:
@@ -133,7 +137,7 @@ def run_optimize(req: OptimizeRequest) -> OptimizeResult:
 
     pricing = Pricing(
         target=cost_model(get_model(target)),
-        drafter=None if drafter == "none" else cost_model(skipped or get_model(drafter)),
+        drafter=None if drafter == NO_DRAFTER else cost_model(skipped or get_model(drafter)),
         context_len=int(context),
         temperature=0.0 if trace is None else trace.temperature,
     )

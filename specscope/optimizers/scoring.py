@@ -35,7 +35,8 @@ class Score:
         return self.tokens_per_s * self.autoregressive_s
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON record of DESIGN.md's `optimize-tree --json` (times in ms)."""
+        """The JSON record of `optimize-tree --json` (docs/architecture.md#tree-files), times in
+        ms."""
         out: dict[str, Any] = {
             "algo": self.algo,
             "n": _number(self.n),

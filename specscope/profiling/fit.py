@@ -9,7 +9,8 @@
   log(predicted / published tokens/s).
 - `h100`: its `graph` runtime on the CUDA-graph verify rows of `data/measured/h100-transformer.csv`
   (dense tree mask), then the host terms of `eager` on the eager verify rows, then
-  `prefill_compute_eff` on the prefill rows, then `compile` on the compiled anchor of HARDWARE.md
+  `prefill_compute_eff` on the prefill rows, then `compile` on the compiled anchor of
+  docs/hardware.md#measured-data
   (llama-3.1-8b, n = 1, context 2048: 6.0 ms); residual log(predicted / measured ms). `--write`
   also writes the runtime sections of the profiles without measurements of their own (h200,
   gaudi2, tpu-v4, tpu-v5e, and a100's eager and graph), carried over from the h100 fit: the
@@ -80,7 +81,8 @@ layers (embedding, final norm, lm_head launch gaps). Without it the fit may trad
 kernel gaps for a per-step constant, which predicts the two measured models alike but other
 depths wrongly."""
 COMPILE_ANCHOR = ("llama-3.1-8b", 2048, 1, 6.0)
-"""HARDWARE.md: llama-3.1-8b, context 2048, one token, compiled then graph'd on the H100: 6.0 ms."""
+"""docs/hardware.md#measured-data: llama-3.1-8b, context 2048, one token, compiled then graph'd
+on the H100: 6.0 ms."""
 SCALED = {"h200": ("eager", "graph", "compile"), "gaudi2": ("eager", "graph", "compile"),
           "tpu-v4": ("compile",), "tpu-v5e": ("compile",), "a100": ("eager", "graph")}
 """Runtime sections carried over from the h100 fit to profiles without measurements of their
@@ -404,7 +406,7 @@ def _h100_origin(name: str) -> str:
                  "verify rows of data/measured/h100-transformer.csv (dense tree mask)",
         "eager": "device terms of the graph fit; host terms fitted on the 45 eager verify rows "
                  "of data/measured/h100-transformer.csv",
-        "compile": "device terms of the graph fit, layer_us fitted on HARDWARE.md's compiled "
+        "compile": "device terms of the graph fit, layer_us fitted on docs/hardware.md's compiled "
                    "anchor (llama-3.1-8b, context 2048, n = 1: 6.0 ms)",
     }[name] + ("; prefill terms fitted on its 8 eager prefill rows"
                + ("" if name == "eager" else "; host_step_us 30 is a prior (a replay's issue "

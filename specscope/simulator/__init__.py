@@ -1,4 +1,4 @@
-"""The discrete-event serving simulator: speculation under load (DESIGN.md, issue 12).
+"""The discrete-event serving simulator: speculation under load (docs/architecture.md#simulator).
 
 - `workload`: arrivals (Poisson, Gamma, a file), prompt and output lengths, chat and forking
   requests;

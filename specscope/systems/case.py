@@ -2,8 +2,8 @@
 
 Each case states the setup a paper published (hardware, target, draft, precision, batch, context,
 tree, the mean accepted length τ it measured) and the speedup it reported; `reproduce` prices the
-same setup with the system's mechanism and compares. Keys (DESIGN.md conventions apply: a tree is
-tokens per drafted level, `"4,16,16,16,16"`, root not counted):
+same setup with the system's mechanism and compares. Keys (docs/architecture.md's conventions
+apply: a tree is tokens per drafted level, `"4,16,16,16,16"`, root not counted):
 
     name, system, hw, target        required
     published_speedup               required unless published_tokens_per_s is given

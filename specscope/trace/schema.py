@@ -1,9 +1,10 @@
 """Trace schema v1: the `Trace` type, parquet read/write and validation.
 
-A trace has one row per (request, generated position, drafter source); DESIGN.md's table gives
-the columns. Validation errors are one-line `InputError`s naming the file, the column and the
-first bad row, counted from 0 in file order. A file without metadata (rewritten by a tool that
-drops parquet key-value metadata) reads as version 1 at temperature 0.
+A trace has one row per (request, generated position, drafter source);
+docs/architecture.md#trace-schema gives the columns. Validation errors are one-line `InputError`s
+naming the file, the column and the first bad row, counted from 0 in file order. A file without
+metadata (rewritten by a tool that drops parquet key-value metadata) reads as version 1 at
+temperature 0.
 """
 
 from __future__ import annotations

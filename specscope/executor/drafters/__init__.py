@@ -1,4 +1,4 @@
-"""Drafters: candidate tokens for the nodes of a draft tree (ALGORITHMS.md, "Drafters").
+"""Drafters: candidate tokens for the nodes of a draft tree (docs/methods.md#drafters).
 
 Every drafter answers one question, batched over the nodes of one tree level: *given the
 committed context and the path down to this node, which tokens might come next, best first, and

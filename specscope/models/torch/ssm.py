@@ -4,7 +4,7 @@ Parameter names and layouts are those of Hugging Face `Mamba2ForCausalLM` (`back
 mixer.in_proj`, `conv1d`, `dt_bias`, `A_log`, `D`, `norm`, `out_proj`, …), so its checkpoints load
 with `load_checkpoint`. A spec with d_ff > 0 adds a SwiGLU MLP to every block.
 
-The mixer runs in two forms (ALGORITHMS.md, "State-space targets"):
+The mixer runs in two forms (docs/methods.md#state-space-targets):
 - `step`, the recurrence: h ← exp(Δ·A)·h + Δ·x⊗B, y = C·h + D·x, one token per call;
 - the masked dual form over n new tokens at once, given an ancestor mask. With a lower-triangular
   mask it is a chunk of Mamba-2's SSD (chunked prefill, naive per-leaf verification); with a

@@ -1,4 +1,4 @@
-"""Tensors that turn a draft `Tree` into one attention pass (ALGORITHMS.md, "Verification").
+"""Tensors that turn a draft `Tree` into one attention pass (docs/methods.md#tree-attention).
 
 The n tree tokens follow `committed_len` cached tokens. Each node sees the whole committed prefix
 and its own ancestors-or-self, and sits at position committed_len + depth, so its query is the

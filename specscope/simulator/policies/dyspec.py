@@ -1,11 +1,11 @@
 """`dyspec`: DySpec's greedy dynamic tree, grown afresh for every request at every step.
 
-Rule (DySpec 2024; ALGORITHMS.md): expand the tree best-first by the estimated probability that
-a node is accepted, the product of the draft's (calibrated) probabilities along its path, until
-the per-request budget (`PolicySetup.budget`, root included) is spent. The engine is the
-optimizer's `DySpecPolicy.build` (one batched draft forward per level, the heap's tree exactly);
-each request's tree is capped at depth min(max_depth, remaining − 1), since a draft past the
-request's last token can never be used.
+Rule (DySpec 2024; docs/methods.md#dyspec): expand the tree best-first by the estimated probability
+that a node is accepted, the product of the draft's (calibrated) probabilities along its path, until
+the per-request budget (`PolicySetup.budget`, root included) is spent. The engine is the optimizer's
+`DySpecPolicy.build` (one batched draft forward per level, the heap's tree exactly); each request's
+tree is capped at depth min(max_depth, remaining − 1), since a draft past the request's last token
+can never be used.
 
 Where the draft's scores come from. A slot replaying a trace request at `generated` tokens
 reads the trace's rows of the drafter source from position `generated` on:

@@ -1,6 +1,6 @@
 """`ets-batch`: one verification budget shared by the batch, allocated by ETS's integer program.
 
-Rule (ETS 2025 as specscope applies it to draft trees; ALGORITHMS.md, issue 3): choose every
+Rule (ETS 2025 as specscope applies it to draft trees; docs/methods.md#ets): choose every
 request's tree jointly from candidate pools, maximising the batch's expected accepted tokens
 under one budget of tree tokens (roots included): `optimizers.ets.ets_batch` (PuLP + CBC). A
 request whose drafter does better gets more nodes. The budget is `options["batch_budget"]`, else

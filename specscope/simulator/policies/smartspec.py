@@ -1,7 +1,7 @@
 """`smartspec`: SmartSpec's goodput-maximising speculation length for the whole batch.
 
-Rule (SmartSpec 2024; ALGORITHMS.md): before each step choose one speculation length k for every
-request of the batch, 0 (no speculation) included, maximising the predicted goodput
+Rule (SmartSpec 2024; docs/methods.md#smartspec): before each step choose one speculation length
+k for every request of the batch, 0 (no speculation) included, maximising the predicted goodput
 
     goodput(k) = Σ_i E[tokens_i(k)] / step_s(contexts, speculations(k)),
 

@@ -1,9 +1,9 @@
 """`specdecpp`: SpecDec++'s threshold stopping, one chain per request per step.
 
-Rule (SpecDec++ 2024; ALGORITHMS.md): draft the top-1 chain; after drafted token i stop and
-verify once the predicted probability that some draft so far is rejected reaches the threshold,
-1 − Π_{j≤i} â_j ≥ h, drafting at least 2 and at most min(20, budget − 1, max_depth) tokens
-(authors' bounds) and never past the request's last token (remaining − 1). h is
+Rule (SpecDec++ 2024; docs/methods.md#specdecpp): draft the top-1 chain; after drafted token i stop
+and verify once the predicted probability that some draft so far is rejected reaches the threshold,
+1 − Π_{j≤i} â_j ≥ h, drafting at least 2 and at most min(20, budget − 1, max_depth) tokens (authors'
+bounds) and never past the request's last token (remaining − 1). h is
 `options["threshold"]`, default the authors' 0.7 (`optimize-tree --algo specdecpp` chooses a
 hardware-aware one to pass here).
 
