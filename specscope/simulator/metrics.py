@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from specscope.atomic import write_atomic
+from specscope.atomic import write_atomic, write_parquet_atomic
 from specscope.simulator.entities import Request
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -116,4 +116,4 @@ def write_metrics(path: str | Path, requests: pl.DataFrame, summary: dict[str, A
     beside = [(path.with_name(f"{path.stem}.{name}.parquet"), table)
               for name, table in (("timeseries", series), ("events", events))]
     out = [write_atomic(p, lambda tmp, t=table: t.write_parquet(tmp)) for p, table in beside]
-    return [write_atomic(path, lambda tmp: requests.write_parquet(tmp, metadata=meta)), *out]
+    return [write_parquet_atomic(path, requests, meta), *out]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from specscope.atomic import write_atomic
+from specscope.atomic import write_atomic, write_parquet_atomic
 from specscope.errors import InputError
 from specscope.sweeps.evaluate import SCHEMA
 
@@ -53,7 +53,7 @@ class ResultStore:
         parquet key-value metadata; then remove the parts."""
         wanted = pl.Series("key", list(keys), dtype=pl.String)
         table = self.load().filter(pl.col("key").is_in(wanted.implode())).sort("key")
-        write_atomic(self.path, lambda tmp: table.write_parquet(tmp, metadata=dict(metadata)))
+        write_parquet_atomic(self.path, table, metadata)
         shutil.rmtree(self.parts, ignore_errors=True)
         return table
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specscope import __version__
-from specscope.atomic import write_atomic
+from specscope.atomic import write_parquet_atomic
 from specscope.errors import InputError
 
 SCHEMA_VERSION = 1
@@ -146,7 +146,7 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     }
     validate(trace.df, path, metadata)
     encoded = {k: json.dumps(v) for k, v in metadata.items()}
-    return write_atomic(path, lambda tmp: trace.df.write_parquet(tmp, metadata=encoded))
+    return write_parquet_atomic(path, trace.df, encoded)
 
 
 def _decode(text: str) -> Any:
