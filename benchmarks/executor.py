@@ -33,17 +33,16 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from specscope.errors import InputError
-from specscope.executor.collect import encode
 from specscope.executor.drafters import DRAFTERS, make_drafter
 from specscope.executor.generate import calibration, with_branches
 from specscope.executor.loop import GenerateResult, PhaseTimes, speculative_generate
 from specscope.executor.methods import resolve_method
 from specscope.executor.runtime import Runtime
-from specscope.executor.targets import Model, load_model
+from specscope.executor.session import Session, load_session
+from specscope.executor.targets import Model
 from specscope.models.torch import Mamba2
 from specscope.models.zoo import load_zoo_model, weights_path, zoo_specs
-from specscope.models.zoo.prompts import load_prompts
+from specscope.names import DEFAULT_DRAFT_MODEL
 from specscope.optimizers.baselines import best_first_tree
 from specscope.tree import Tree
 
@@ -94,11 +93,11 @@ def best_of(results: list[GenerateResult]) -> tuple[float, float, PhaseTimes]:
     return spec, ar, min((r.phases for r in results), key=lambda p: p.decode_s)
 
 
-def decoding_table(target: Model, draft: Model | None, tokenizer, prompt_set: str, budget: int,
-                   args) -> list[Row]:
+def decoding_table(session: Session, prompt_set: str, budget: int, args) -> list[Row]:
     """Every drafter × method on one prompt set at one budget; prints the table and returns
     its rows."""
-    tokens = [encode(tokenizer, t, prompt_set) for t in load_prompts(prompt_set)]
+    target, draft = session.target, session.draft
+    tokens = session.prompts(prompt_set)
     prompts, others = tokens[: args.n], tokens[args.n : args.n + 4]
     traces: dict[tuple[str, ...], tuple] = {}
     calibrate_once = calibration(target, draft, others, 48, 0.0, 0, "other prompts")
@@ -213,20 +212,18 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     console.print(f"torch {torch.__version__}, {args.threads} thread(s)")
     runtime = Runtime.resolve("cpu", "float32", args.runtime)
-    target, tokenizer = load_model(args.target, runtime=runtime)
-    try:
-        draft = load_model("tiny-code-draft", runtime=runtime)[0]
-    except InputError as exc:
-        console.print(f"[yellow]draft-model rows skipped: {exc}[/yellow]")
-        draft = None
+    trained = weights_path(DEFAULT_DRAFT_MODEL).is_file()
+    if not trained:
+        console.print(f"[yellow]draft-model rows skipped: {DEFAULT_DRAFT_MODEL} has no trained "
+                      "weights[/yellow]")
+    session = load_session(args.target, DEFAULT_DRAFT_MODEL if trained else None, runtime)
     budgets = [int(b) for b in args.budgets.split(",")]
-    rows = {s: [row for b in budgets for row in decoding_table(target, draft, tokenizer, s, b,
-                                                               args)]
+    rows = {s: [row for b in budgets for row in decoding_table(session, s, b, args)]
             for s in PROMPT_SETS}
-    setup = sum(m.setup_s for m in (target, draft) if m is not None)
+    setup = sum(m.setup_s for m in (session.target, session.draft) if m is not None)
     if setup:
         console.print(f"compiling the steps took {setup:.1f} s (excluded from every rate)")
-    curve = cost_curve(target)
+    curve = cost_curve(session.target)
     edit = max(rows[PROMPT_SETS[1]], key=lambda row: row.speedup)
     r = edit.result
     console.print(f"best on builtin:code-edit: {edit.drafter} × {edit.method} at budget "

@@ -41,15 +41,14 @@ from rich.console import Console
 from rich.table import Table
 
 from specscope.atomic import write_text_atomic
-from specscope.executor.collect import encode
 from specscope.executor.drafters import DraftModelDrafter
 from specscope.executor.generate import calibration
 from specscope.executor.loop import GenerateResult, speculative_generate
 from specscope.executor.methods import MAX_DEPTH, Method, rsd_s_method, static_method
 from specscope.executor.rsd import matching_beam
-from specscope.executor.targets import load_model
+from specscope.executor.session import load_session
 from specscope.executor.verify import DRAFT_SAMPLING
-from specscope.models.zoo.prompts import load_prompts
+from specscope.names import DEFAULT_DRAFT_MODEL
 from specscope.optimizers.baselines import best_kary_tree
 from specscope.optimizers.delayed import delayed_shape, delayed_tree
 from specscope.trace import AcceptanceModel
@@ -92,15 +91,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     console = Console(width=150, record=True)
     load_before = os.getloadavg()[0]
-    target, tokenizer = load_model("tiny-code")
-    draft = load_model("tiny-code-draft")[0]
-    tokens = [encode(tokenizer, t, PROMPTS) for t in load_prompts(PROMPTS)]
+    session = load_session("tiny-code", DEFAULT_DRAFT_MODEL)
+    target, draft = session.target, session.draft
+    tokens = session.prompts(PROMPTS)
     prompts, others = tokens[: args.n], tokens[args.n : args.n + 4]
     for temperature in map(float, args.temperatures.split(",")):
         calibrate = calibration(target, draft, others, args.max_new, temperature, args.seed,
                                 "other prompts")
-        trace, _ = calibrate([DraftModelDrafter(draft, temperature=temperature)])
-        source = f"draft:{draft.name}"
+        traced = DraftModelDrafter(draft, temperature=temperature)
+        trace, _ = calibrate([traced])
+        source = traced.source
         p = AcceptanceModel.from_trace(trace, source).p
         table = Table(title=f"{PROMPTS}: {args.n} prompts × {args.max_new} new tokens, "
                             f"temperature {temperature}, {args.threads} thread(s); "

@@ -13,6 +13,12 @@ DRAFTERS = ("draft", "ngram", "suffix", "recycle", "goose", "stand", "rasd", "la
 """Drafter names, as `--drafter` takes them."""
 COLLECT_DRAFTERS = ("draft", "ngram", "suffix", "recycle", "stand", "rasd", "layerskip")
 """Drafters `collect` can trace (Goose is traced as its parts, ngram and recycle)."""
+DRAFT_MODEL_DRAFTERS = ("draft", "rasd")
+"""Drafters that run a draft model (`--draft-model`)."""
+DEFAULT_DRAFT_MODEL = "tiny-code-draft"
+"""The draft model loaded when none is named: the zoo's."""
+K = 8
+"""Candidates recorded per position and drafter in a trace, and asked of a drafter per node."""
 HOST_DRAFTERS = ("ngram", "suffix", "recycle", "goose")
 """Model-free drafters whose per-step host time a profile measures (`[drafters]` `<name>_us`)."""
 SEQUENCE_SOURCES = ("ngram", "suffix")

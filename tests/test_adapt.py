@@ -17,13 +17,11 @@ import torch.nn.functional as F
 
 from specscope.cli import main
 from specscope.executor.adapt import RequestRecord, pooled, serve_stream
-from specscope.executor.collect import encode
 from specscope.executor.distil import AdaptConfig, ServingDrafter, divergence
 from specscope.executor.loop import decode_autoregressive, decode_speculative
 from specscope.executor.methods import static_method
-from specscope.executor.targets import Model, load_model
-from specscope.models.zoo import load_zoo_tokenizer
-from specscope.models.zoo.prompts import load_prompts
+from specscope.executor.session import Session, load_session
+from specscope.executor.targets import Model
 from specscope.tree import Tree
 
 torch.set_num_threads(1)
@@ -32,12 +30,15 @@ DEPTH = 4
 
 
 @pytest.fixture(scope="module")
-def zoo() -> tuple[Model, Model, list[list[int]]]:
+def session() -> Session:
+    """The zoo target and draft."""
+    return load_session("tiny-code", "tiny-code-draft")
+
+
+@pytest.fixture(scope="module")
+def zoo(session: Session) -> tuple[Model, Model, list[list[int]]]:
     """The zoo target and draft, and the first code-edit prompts (held-out functions)."""
-    target, tokenizer = load_model("tiny-code")
-    draft = load_model("tiny-code-draft")[0]
-    prompts = [encode(tokenizer, t, "code-edit") for t in load_prompts("builtin:code-edit")[:2]]
-    return target, draft, prompts
+    return session.target, session.draft, session.prompts("builtin:code-edit", 2)
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +67,11 @@ def test_adaptation_raises_acceptance_on_queries_that_come_back(streams) -> None
 SQL_PROMPTS, SQL_NEW = 16, 24
 
 
-def test_adaptation_raises_acceptance_on_distinct_queries_of_a_new_domain(zoo) -> None:
+def test_adaptation_raises_acceptance_on_distinct_queries_of_a_new_domain(session) -> None:
     # OSD's premise, a query shift: builtin:sql is a domain neither zoo model trained on, and
     # every prompt is served once, so what the draft learns must carry over to unseen queries
-    target, draft, _ = zoo
-    tokenizer = load_zoo_tokenizer()
-    prompts = [encode(tokenizer, t, "sql") for t in load_prompts("builtin:sql")[:SQL_PROMPTS]]
+    target, draft = session.target, session.draft
+    prompts = session.prompts("builtin:sql", SQL_PROMPTS)
     config = AdaptConfig(every=1, steps=4, lr=1e-4, depth=DEPTH)
     adapted, control = (serve_stream(target, draft, prompts, SQL_NEW, config, adapt)
                         for adapt in (True, False))

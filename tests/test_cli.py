@@ -12,6 +12,7 @@ import pytest
 
 from specscope.cli import main, optimize_tree_main
 from specscope.profiling.fit import GPTFAST_A100, load_published
+from specscope.trace import synth_trace, write_trace
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -223,6 +224,23 @@ def test_unknown_source_names_the_sources(run: Run, trace_file: Path) -> None:
     code, _, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(trace_file),
                        "--source", "draft:nope", "--budget", "8")
     assert code == 2 and "draft:nope" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_source_kind_resolves_when_the_trace_holds_one_of_it(run: Run, tmp_path: Path
+                                                               ) -> None:
+    one, two = tmp_path / "one.parquet", tmp_path / "two.parquet"
+    write_trace(synth_trace(4, 0, sources=("ngram", "rasd:llama-68m"), length=32), one)
+    write_trace(synth_trace(4, 0, sources=("rasd:llama-68m", "rasd:llama-3.2-1b"), length=32),
+                two)
+    args = ("--hw", "h100", "--source", "rasd", "--budget", "8", "--algo", "chain", "--json")
+    code, out, err = run(optimize_tree_main, "--trace", str(one), *args)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["source"], doc["drafter"]) == ("rasd:llama-68m", "llama-68m")
+    code, out, err = run(optimize_tree_main, "--trace", str(two), *args)
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "--source" in err and "rasd:llama-68m, rasd:llama-3.2-1b" in err
+    assert "Traceback" not in err
 
 
 def test_depth_dependent_acceptance_from_the_trace(run: Run, trace_file: Path) -> None:

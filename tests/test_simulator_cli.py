@@ -12,7 +12,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from specscope.cli import main
+from specscope.cli import main, optimize_tree_main
 from specscope.trace import synth_trace, write_trace
 from specscope.tree import Tree
 
@@ -35,12 +35,17 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tree = Tree.chain(3, "draft:llama-3.2-1b")
     paths = {"tree": folder / "tree.json", "other": folder / "other.json",
              "trace": folder / "trace.parquet", "garbage": folder / "garbage.parquet",
-             "arrivals": folder / "arrivals.txt"}
+             "arrivals": folder / "arrivals.txt", "rasd": folder / "rasd.parquet",
+             "rasds": folder / "rasds.parquet"}
     paths["tree"].write_text(tree.to_json())
     optimized = {"target": "llama-2-7b", "source": "draft:llama-3.2-1b",
                  "results": [{"algo": "chain", "tree": tree.to_dict()}]}
     paths["other"].write_text(json.dumps(optimized))
     write_trace(synth_trace(4, seed=0, sources=("draft:llama-68m",), length=32), paths["trace"])
+    write_trace(synth_trace(4, seed=0, sources=("rasd:llama-68m", "ngram"), length=32),
+                paths["rasd"])
+    write_trace(synth_trace(4, seed=0, sources=("rasd:llama-68m", "rasd:llama-3.2-1b"),
+                            length=32), paths["rasds"])
     paths["garbage"].write_text("not a parquet file\n")
     paths["arrivals"].write_text("0.0\n0.5\nsoon\n")
     return paths
@@ -92,7 +97,14 @@ BAD = {
     "bad arrival file": (["--arrival-file", "{arrivals}"], "line 3"),
     "bad lengths": (["--prompt-len", "uniform:9"], "--prompt-len"),
     "bad router": (["--router", "random"], "--router"),
-    "trace source missing": (["--trace", "{trace}", "--acceptance", ""], "llama-3.2-1b"),
+    "model-free drafter not in the trace": (["--drafter", "ngram", "--trace", "{trace}",
+                                             "--acceptance", ""], "'ngram'"),
+    "source not in the trace": (["--trace", "{trace}", "--acceptance", "", "--source",
+                                 "draft:nope"], "--source"),
+    "source kind not in the trace": (["--trace", "{trace}", "--acceptance", "", "--source",
+                                      "rasd"], "'rasd' is not in the trace"),
+    "ambiguous source kind": (["--trace", "{rasds}", "--acceptance", "", "--source", "rasd"],
+                              "rasd:llama-68m, rasd:llama-3.2-1b"),
     "weights do not fit": (["--target", "llama-2-70b"], "do not fit"),
     "prompt over the budget": (["--prompt-len", "9000"], "--chunked-prefill"),
 }
@@ -132,3 +144,50 @@ def test_the_simulator_imports_neither_torch_nor_the_executor() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+SIM = ["simulate", "--hw", "h100", "--target", "llama-3.1-8b", "--rate", "20", "--requests", "20",
+       "--seed", "1", "--output-len", "64", "--policy", "smartspec", "--json"]
+
+
+def test_synth_then_simulate_prices_another_drafter_on_the_traces_acceptance(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The issue's flow: `trace synth` (source draft:llama-68m), then `simulate --drafter
+    llama-3.2-1b`, accepted as `optimize-tree` accepts the same request."""
+    trace = tmp_path / "x.parquet"
+    code, _, err = _cli(capsys, "trace", "synth", "--requests", "4", "--length", "64", "--seed",
+                        "1", "-o", str(trace))
+    assert code == 0, err
+    code, out, err = _cli(capsys, *SIM, "--trace", str(trace), "--drafter", "llama-3.2-1b")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert (summary["drafter"], summary["source"]) == ("llama-3.2-1b", "draft:llama-68m")
+    with pytest.raises(SystemExit) as exc:
+        optimize_tree_main(["--hw", "h100", "--target", "llama-3.1-8b", "--trace", str(trace),
+                            "--drafter", "llama-3.2-1b", "--budget", "8", "--json"])
+    optimized = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 0
+    assert (optimized["drafter"], optimized["source"]) == ("llama-3.2-1b", "draft:llama-68m")
+    # without --drafter the source's own draft model is priced
+    code, out, _ = _cli(capsys, *SIM, "--trace", str(trace))
+    assert code == 0 and json.loads(out)["drafter"] == "llama-68m"
+
+
+@pytest.mark.parametrize("source", [None, "rasd", "rasd:llama-68m"])
+def test_simulate_prices_a_rasd_source_as_its_draft_model(
+        capsys: pytest.CaptureFixture[str], files: dict[str, Path], source: str | None) -> None:
+    extra = [] if source is None else ["--source", source]
+    code, out, err = _cli(capsys, *SIM, "--trace", str(files["rasd"]), *extra)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert (summary["source"], summary["drafter"]) == ("rasd:llama-68m", "llama-68m")
+
+
+def test_a_generic_tree_is_drafted_by_the_rasd_source(
+        capsys: pytest.CaptureFixture[str], files: dict[str, Path], tmp_path: Path) -> None:
+    tree = tmp_path / "chain.json"
+    tree.write_text(Tree.chain(3).to_json())  # source "draft", as optimize-tree --acceptance
+    code, out, err = _cli(capsys, *SIM[:-3], "--policy", "static", "--tree", str(tree),
+                          "--trace", str(files["rasd"]), "--source", "rasd", "--json")
+    assert code == 0, err
+    assert json.loads(out)["source"] == "rasd:llama-68m"

@@ -12,6 +12,7 @@ from rich.table import Table
 from specscope.atomic import write_text_atomic
 from specscope.cli.common import AsJson, Choices, Seed, _emit, _progress, console
 from specscope.errors import InputError
+from specscope.names import DEFAULT_DRAFT_MODEL
 
 DEFAULT_STANDS_FOR = 250
 """Simulated requests one served request stands for: blocks of 4 served requests per drift
@@ -23,7 +24,7 @@ def adapt(
     prompts: Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit, "
                                               "builtin:sql or a .jsonl file.")],
     draft_model: Annotated[str, typer.Option(help="Zoo draft model (a Transformer).")] = (
-        "tiny-code-draft"),
+        DEFAULT_DRAFT_MODEL),
     n: Annotated[int, typer.Option(help="Prompts to serve, in order.")] = 32,
     repeat: Annotated[int, typer.Option(help="Serve the n prompts this many times over "
                                              "(queries that come back).")] = 1,

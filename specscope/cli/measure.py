@@ -21,11 +21,13 @@ from specscope.cli.common import (
     console,
 )
 from specscope.errors import InputError
+from specscope.names import DEFAULT_DRAFT_MODEL
 
 Model = Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")]
 Prompts = Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a .jsonl "
                                            "file.")]
-DraftModel = Annotated[str | None, typer.Option(help="Draft model (default: tiny-code-draft).")]
+DraftModel = Annotated[str | None, typer.Option(help=f"Draft model (default: "
+                                                    f"{DEFAULT_DRAFT_MODEL}).")]
 LayerSkip = Annotated[str, typer.Option(help="The layerskip drafter's layers: swift (a skip set "
                                              "searched on the first requests), del (an exit "
                                              "layer per step) or layer indices to skip (1,2).")]

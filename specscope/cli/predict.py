@@ -26,6 +26,13 @@ from specscope.cli.common import (
 )
 from specscope.errors import InputError
 
+Source = Annotated[str | None, typer.Option(
+    help="Trace source whose acceptance is used, or its kind alone (rasd) when the trace holds "
+         "one (default: the drafter's, else the trace's first draft model).")]
+PricedDrafter = Annotated[str | None, typer.Option(
+    help="Drafter priced: a catalogue draft model, ngram, suffix, recycle, or none (default: "
+         "the source's draft model).")]
+
 
 def cost(
     hw: Hw,
@@ -92,11 +99,10 @@ def optimize_tree(
     trace: Annotated[Path | None, typer.Option(help="Trace parquet for acceptance.")] = None,
     acceptance: Annotated[str | None, typer.Option(help="Positional acceptance vector "
                                                         "(instead of a trace).")] = None,
-    source: Annotated[str | None, typer.Option(help="Drafter source in the trace.")] = None,
+    source: Source = None,
     target: Annotated[str | None, typer.Option(help="Target model (default: trace's, "
                                                     "else llama-2-7b).")] = None,
-    drafter: Annotated[str | None, typer.Option(help="Draft model, or 'none' for model-free "
-                                                     "drafters.")] = None,
+    drafter: PricedDrafter = None,
     algo: Annotated[str, typer.Option(help="Methods to compare."),
                     Choices("specscope.optimizers.compare:METHOD_NAMES", ("all",), many=True)
                     ] = "all",
@@ -169,11 +175,10 @@ def simulate(
     rate: Annotated[float, typer.Option(help="Arrivals per second.")],
     requests: Annotated[int, typer.Option(help="Arrivals to simulate.")],
     seed: Seed,
-    drafter: Annotated[str | None, typer.Option(help="Draft model from the catalogue, or "
-                                                     "ngram, suffix, recycle (default: the "
-                                                     "trace's source).")] = None,
+    drafter: PricedDrafter = None,
     trace: Annotated[Path | None, typer.Option(help="Trace parquet to replay (acceptance "
                                                     "and, by default, lengths).")] = None,
+    source: Source = None,
     acceptance: Annotated[str | None, typer.Option(help="Positional acceptance vector when no "
                                                         "trace is given.")] = None,
     policy: Annotated[str, typer.Option(help="Per-step speculation policy (none: plain "
@@ -240,7 +245,8 @@ def simulate(
 
     request = SimulateRequest(
         hw=hw, target=target, drafter=drafter,
-        trace=None if trace is None else read_trace(trace), policy=policy, tree=tree, algo=algo,
+        trace=None if trace is None else read_trace(trace), source=source, policy=policy,
+        tree=tree, algo=algo,
         budget=budget, max_depth=max_depth,
         acceptance=None if acceptance is None else tuple(_csv_floats(acceptance,
                                                                      "--acceptance")),

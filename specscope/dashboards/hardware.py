@@ -19,7 +19,7 @@ from specscope.hw_profiles import CostModel, HardwareProfile
 from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model, list_models
 from specscope.optimizers.compare import DP_REFERENCE, Setup, compare
-from specscope.trace import AcceptanceModel, trace_sources
+from specscope.trace import AcceptanceModel, default_source, source_of, trace_sources
 
 TARGETS = ("llama-3.1-8b", "mamba2-2.7b", "bamba-9b")
 """One Transformer, one state-space and one hybrid target of similar size."""
@@ -83,12 +83,10 @@ def analytic_table(results: Results) -> tuple[pl.DataFrame, str, tuple[str, ...]
     the first trace's first draft-model source, else its first source)."""
     if not results.traces:
         return None
-    own = f"draft:{DRAFTER}"
+    own = source_of(DRAFTER)
     path, trace = next(((p, t) for p, t in results.traces if own in trace_sources(t)),
                        results.traces[0])
-    sources = trace_sources(trace)
-    source = own if own in sources else next((s for s in sources if s.startswith("draft:")),
-                                             sources[0])
+    source = own if own in trace_sources(trace) else default_source(trace)
     model = AcceptanceModel.from_trace(trace, source)
     context = int(trace.mean_context_len)
     rows = [_cell(label, hw, runtime, target, bits, model, context)

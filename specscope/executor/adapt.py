@@ -31,11 +31,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from specscope.errors import InputError
-from specscope.executor.collect import encode
 from specscope.executor.distil import AdaptConfig, Distiller, ServingDrafter
 from specscope.executor.loop import check_rule, decode_autoregressive, decode_speculative
 from specscope.executor.methods import Method, static_method
-from specscope.executor.targets import CachedModel, Model, load_model
+from specscope.executor.session import load_session
+from specscope.executor.targets import CachedModel, Model
 from specscope.executor.verify import DRAFT_SAMPLING
 from specscope.models.torch import Transformer
 from specscope.names import DRIFT_RELATIVE_TO
@@ -242,8 +242,6 @@ def run_adapt(
     `rule` defaults to greedy at temperature 0 and deterministic-candidate sampling above.
     `progress(done, total)` counts the requests of both streams.
     """
-    from specscope.models.zoo.prompts import load_prompts
-
     config.check()
     rule = rule or ("greedy" if temperature == 0 else "deterministic")
     check_rule(rule, temperature, static_method("chain", Tree.chain(config.depth), ""))
@@ -257,13 +255,12 @@ def run_adapt(
                          f"{relative_to!r}")
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)
-    texts = load_prompts(prompts)
-    if len(texts) < n:
-        raise InputError(f"--n {n}: {prompts} holds {len(texts)} prompts")
-    target, tokenizer = load_model(model)
-    draft = load_model(draft_model)[0]
+    session = load_session(model, draft_model)
+    target, draft = session.target, session.draft
     check_draft(draft)
-    tokens = [encode(tokenizer, t, prompts) for t in texts[:n]]
+    tokens = session.prompts(prompts, n)
+    if len(tokens) < n:
+        raise InputError(f"--n {n}: {prompts} holds {len(tokens)} prompts")
     if any(len(t) < 2 for t in tokens):
         raise InputError(f"{prompts}: every prompt must hold at least 2 tokens")
     references = None

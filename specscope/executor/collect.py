@@ -38,16 +38,14 @@ from specscope.executor.drafters import (
     propose_chain,
 )
 from specscope.executor.runtime import Runtime
-from specscope.executor.targets import Model, load_model
+from specscope.executor.session import draft_model_for, load_session
+from specscope.executor.targets import Model
 from specscope.executor.verify import next_token, probabilities
-from specscope.names import COLLECT_DRAFTERS, SEQUENCE_SOURCES
+from specscope.names import COLLECT_DRAFTERS, SEQUENCE_SOURCES, K
 from specscope.trace import SCHEMA, Trace, write_trace
 
-K = 8
-"""Candidates recorded per position and drafter."""
 PROPOSAL_LEN = 24
 """Longest proposal recorded for a sequence drafter (each drafter stops at its own cap first)."""
-DEFAULT_DRAFT_MODEL = "tiny-code-draft"
 
 
 def collect_tokens(
@@ -218,8 +216,6 @@ def collect(
     `output` when given. The draft model defaults to the zoo's drafter. Both models run on
     `runtime` (default: eager float32 on the CPU), which the trace's metadata records.
     `layer_skip` is the layerskip drafter's mode (`parse_layer_skip`)."""
-    from specscope.models.zoo.prompts import load_prompts
-
     names = [d.strip() for d in drafters.split(",")] if isinstance(drafters, str) else drafters
     unknown = [d for d in names if d not in COLLECT_DRAFTERS]
     if unknown or not names:
@@ -227,13 +223,9 @@ def collect(
                          f"{', '.join(COLLECT_DRAFTERS)}")
     if n < 1:
         raise InputError(f"--n must be ≥ 1, got {n}")
-    runtime = runtime or Runtime.cpu()
-    target, tokenizer = load_model(model, runtime=runtime)
-    texts = load_prompts(prompts)[:n]
-    tokens = [encode(tokenizer, t, prompts) for t in texts]
-    draft = None
-    if {"draft", "rasd"} & set(names):
-        draft = load_model(draft_model or DEFAULT_DRAFT_MODEL, runtime=runtime)[0]
+    session = load_session(model, draft_model_for(names, draft_model), runtime)
+    target, draft, runtime = session.target, session.draft, session.runtime
+    tokens = session.prompts(prompts, n)
     options = parse_layer_skip(layer_skip, seed) if LAYERSKIP in names else None
     built = [make_drafter(n, target.vocab_size, draft, temperature=temperature, target=target,
                           layer_skip=options) for n in names]
@@ -242,10 +234,3 @@ def collect(
     if output is not None:
         write_trace(trace, output)
     return trace
-
-
-def encode(tokenizer: object | None, text: str, where: str) -> list[int]:
-    """Token ids of a prompt; an `InputError` naming `where` when there is no tokenizer."""
-    if tokenizer is None:
-        raise InputError(f"{where}: the model has no tokenizer to encode prompts with")
-    return list(tokenizer.encode(text))

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from specscope.errors import InputError
-from specscope.executor.collect import DEFAULT_DRAFT_MODEL, collect_tokens, encode
+from specscope.executor.collect import collect_tokens
 from specscope.executor.drafters import (
     LAYERSKIP,
     Drafter,
@@ -28,9 +28,11 @@ from specscope.executor.methods import (
     static_method,
 )
 from specscope.executor.runtime import Runtime
-from specscope.executor.targets import Model, load_model
+from specscope.executor.session import draft_model_for, load_session
+from specscope.executor.targets import Model
 from specscope.executor.verify import DRAFT_SAMPLING
 from specscope.executor.zoo_acceptance import stored_acceptance
+from specscope.names import DRAFT_MODEL_DRAFTERS
 from specscope.trace import Trace
 
 CALIBRATION_PROMPTS = 4
@@ -70,8 +72,6 @@ def generate(
     Target and draft model run on `runtime` (default: eager float32 on the CPU).
     `layer_skip` is the layerskip drafter's mode (`parse_layer_skip`: swift, del or a fixed set).
     """
-    from specscope.models.zoo.prompts import load_prompts
-
     if (tree is None) == (algo is None):
         raise InputError("give exactly one of --tree and --algo")
     if n < 1:
@@ -79,13 +79,9 @@ def generate(
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     rule = rule or ("greedy" if temperature == 0 else "deterministic")
-    runtime = runtime or Runtime.cpu()
-    target, tokenizer = load_model(model, ssm_verify, runtime)
-    texts = load_prompts(prompts)
-    tokens = [encode(tokenizer, t, prompts) for t in texts]
-    draft = None
-    if drafter in ("draft", "rasd"):
-        draft = load_model(draft_model or DEFAULT_DRAFT_MODEL, runtime=runtime)[0]
+    session = load_session(model, draft_model_for([drafter], draft_model), runtime, ssm_verify)
+    target, draft = session.target, session.draft
+    tokens = session.prompts(prompts)
     sample = DRAFT_SAMPLING.get(rule)
     generator = torch.Generator().manual_seed(seed)
     options = parse_layer_skip(layer_skip, seed) if drafter == LAYERSKIP else None
@@ -139,4 +135,4 @@ def _kind(drafter: Drafter) -> str:
     """The `make_drafter` name of a drafter (a draft model's and RASD's source name the
     draft model after a colon)."""
     kind = drafter.source.split(":")[0]
-    return kind if kind in ("draft", "rasd") else drafter.source
+    return kind if kind in DRAFT_MODEL_DRAFTERS else drafter.source

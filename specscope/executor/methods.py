@@ -18,7 +18,6 @@ import polars as pl
 
 from specscope.draft import DraftedTree, DraftNode, Proposal
 from specscope.errors import InputError
-from specscope.executor.collect import K
 from specscope.executor.drafters import (
     RECYCLE,
     Drafter,
@@ -27,7 +26,7 @@ from specscope.executor.drafters import (
 )
 from specscope.executor.rsd import draft_sbs, matching_beam, sbs_widths
 from specscope.executor.verify import Verdict
-from specscope.names import DRAWN_METHODS
+from specscope.names import DRAWN_METHODS, K
 from specscope.optimizers.compare import TREE_METHODS, Setup
 from specscope.optimizers.dyspec import DySpecPolicy
 from specscope.optimizers.goose import (

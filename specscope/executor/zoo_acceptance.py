@@ -21,7 +21,7 @@ import numpy as np
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
-from specscope.executor.collect import DEFAULT_DRAFT_MODEL, collect_tokens
+from specscope.executor.collect import collect_tokens
 from specscope.executor.drafters import DraftModelDrafter
 from specscope.executor.targets import wrap
 from specscope.models.zoo import (
@@ -34,6 +34,7 @@ from specscope.models.zoo import (
 )
 from specscope.models.zoo.data import corpus_texts
 from specscope.models.zoo.train import eval_windows, render_zoo_toml, token_stream
+from specscope.names import DEFAULT_DRAFT_MODEL
 from specscope.trace import AcceptanceModel
 
 PROMPTS = 24

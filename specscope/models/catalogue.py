@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -57,6 +58,21 @@ def get_model(name: str) -> ModelSpec:
     if name not in specs:
         raise InputError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
     return specs[name]
+
+
+def drafter_spec(model: str | None, target: ModelSpec, kept_layers: float | None = None,
+                 source: str = "") -> ModelSpec | None:
+    """The spec priced as the drafter: the catalogue's `model`; for a self-speculative `source`
+    running the share `kept_layers` of the target's layers (layerskip), `target` with that share
+    of its layers (rounded, at least one), embeddings and LM head whole; None when neither."""
+    if kept_layers is None:
+        return None if model is None else get_model(model)
+    if target.arch != "transformer":
+        raise InputError(f"source {source!r} drafts with some of a Transformer's layers; "
+                         f"target {target.name} is {target.arch!r}; pass --drafter")
+    layers = max(1, round(kept_layers * target.n_layers))
+    return dataclasses.replace(target, name=f"{target.name}[{layers}/{target.n_layers} layers]",
+                               n_layers=layers)
 
 
 def published_params(name: str) -> float:

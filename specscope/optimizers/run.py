@@ -13,6 +13,7 @@ from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model, list_models
+from specscope.models.catalogue import drafter_spec
 from specscope.models.spec import ModelSpec
 from specscope.optimizers.compare import (
     DP_REFERENCE,
@@ -23,6 +24,7 @@ from specscope.optimizers.compare import (
     resolve_algos,
 )
 from specscope.trace import AcceptanceModel, Trace, drafting, read_trace
+from specscope.trace.sources import NO_DRAFTER
 from specscope.tree import DEFAULT_SOURCE, acceptance_table
 
 DEFAULT_TARGET = "llama-2-7b"
@@ -120,24 +122,22 @@ def run_optimize(req: OptimizeRequest) -> OptimizeResult:
         p = np.asarray(model.p)
         context = req.context if req.context is not None else trace.mean_context_len
         target = req.target or _catalogue_or(trace.target, DEFAULT_TARGET)
-        skipped = (None if chosen.kept_layers is None
-                   else skipped_target(get_model(target), chosen.kept_layers, source))
-        drafter = chosen.drafter or (skipped.name if skipped else NO_DRAFTER)
     else:
         p = acceptance_table(req.acceptance, "--acceptance")[0]
-        chosen = drafting(None, req.source or DEFAULT_SOURCE, req.drafter, list_models())
-        source = chosen.source
+        source = req.source or DEFAULT_SOURCE  # a generic tree, whichever model drafts it
+        chosen = drafting(None, source, req.drafter, list_models())
+        chosen = dataclasses.replace(chosen, drafter=chosen.drafter or DEFAULT_DRAFTER)
         context = req.context if req.context is not None else DEFAULT_CONTEXT
         target = req.target or DEFAULT_TARGET
-        drafter = chosen.drafter or DEFAULT_DRAFTER
-        skipped = None
+    priced = drafter_spec(chosen.model, get_model(target), chosen.kept_layers, source)
+    drafter = chosen.drafter or (priced.name if priced else NO_DRAFTER)
 
     def cost_model(spec: ModelSpec) -> CostModel:
         return CostModel(profile, spec, runtime=req.runtime, tree_attention=req.tree_attention)
 
     pricing = Pricing(
         target=cost_model(get_model(target)),
-        drafter=None if drafter == NO_DRAFTER else cost_model(skipped or get_model(drafter)),
+        drafter=None if priced is None else cost_model(priced),
         context_len=int(context),
         temperature=0.0 if trace is None else trace.temperature,
     )
@@ -150,33 +150,3 @@ def run_optimize(req: OptimizeRequest) -> OptimizeResult:
 
 def _catalogue_or(name: str | None, default: str) -> str:
     return name if name in list_models() else default
-
-
-def _skipped_target(trace: Trace, source: str, target: str) -> ModelSpec | None:
-    """For a self-speculative source (its settings in the trace's metadata say it kept
-    `mean_layers` of the traced target's `target_layers` layers on average: layerskip), the
-    pricing target with that fraction of its layers (rounded, at least one), embeddings and LM
-    head whole; None for other sources."""
-    settings = trace.metadata.get("drafters", {}).get(source, {})
-    if not {"mean_layers", "target_layers"} <= set(settings):
-        return None
-    spec = get_model(target)
-    if spec.arch != "transformer":
-        raise InputError(f"source {source!r} drafts with some of a Transformer's layers; "
-                         f"target {target} is {spec.arch!r}; pass --drafter")
-    fraction = float(settings["mean_layers"]) / float(settings["target_layers"])
-    layers = max(1, round(fraction * spec.n_layers))
-    return dataclasses.replace(spec, name=f"{spec.name}[{layers}/{spec.n_layers} layers]",
-                               n_layers=layers)
-
-
-def _drafter_for(source: str) -> str:
-    """The draft model behind a `draft:<model>` or `rasd:<model>` source (RASD runs its draft
-    model's forwards; its retrieval is host work); model-free sources cost nothing."""
-    if not source.startswith(("draft:", "rasd:")):
-        return "none"
-    name = source.partition(":")[2]
-    if name not in list_models():
-        raise InputError(f"draft model {name!r} of source {source!r} is not in the catalogue; "
-                         "pass --drafter")
-    return name

@@ -1,10 +1,12 @@
 """`specscope simulate` as a library call: check every option, build the pieces, run, measure.
 
-The drafter is a catalogue draft model (its trace source is `draft:<name>`), a model-free source
-(`ngram`, `suffix`, `recycle`), or None: the trace's default source then, or no drafter at all
-for `--policy none`. Acceptance comes from the trace (replayed, and fitted as the policies'
-`AcceptanceModel`) or from a given vector `acceptance`. Every bad option is an `InputError`
-naming it, raised before anything runs.
+The acceptance source and the priced drafter are `source` and `drafter`, each defaulting to the
+other (`specscope.trace.drafting`): a catalogue draft model, a model-free drafter (`ngram`,
+`suffix`, `recycle`), a `draft:<model>` or `rasd:<model>` source pricing `<model>`, a
+self-speculative source pricing its share of the target's layers; neither given, the trace's
+default source, or no drafter at all for `--policy none`. Acceptance comes from the trace
+(replayed, and fitted as the policies' `AcceptanceModel`) or from a given vector `acceptance`.
+Every bad option is an `InputError` naming it, raised before anything runs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import simpy
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
 from specscope.models import ModelSpec, get_model, list_models
+from specscope.models.catalogue import drafter_spec
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.simulator.acceptance import Acceptance
 from specscope.simulator.entities import Group, KVCost, KVSpace, Request, kv_capacity
@@ -33,8 +36,7 @@ from specscope.simulator.server import Replica, serve
 from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
 from specscope.systems.base import SystemCosts
 from specscope.systems.registry import deploy
-from specscope.trace import AcceptanceModel, Trace, default_source, resolve_source
-from specscope.trace.schema import DRAFT_PREFIX
+from specscope.trace import AcceptanceModel, Trace, draft_model, drafting
 from specscope.tree import DEFAULT_SOURCE, Tree, TreeFile, read_tree_file
 
 PLACEMENTS = ("colocated", "separate")
@@ -51,6 +53,8 @@ class SimulateRequest:
     """A catalogue name, or a `ModelSpec` of one's own."""
     drafter: str | None = None
     trace: Trace | None = None
+    source: str | None = None
+    """The trace source whose acceptance is used (a kind alone, `rasd`, when unique)."""
     policy: str = "none"
     tree: Path | Tree | None = None
     """The static policy's tree: a tree or optimize-tree JSON file, or a `Tree`."""
@@ -120,7 +124,7 @@ def run_simulation(req: SimulateRequest,
     if deployed is None:
         target = CostModel(profile, spec, weight_bits=req.weight_bits, tp=req.tp,
                            runtime=req.runtime)
-        drafter = _drafter(req, profile)
+        drafter = _drafter(req, profile, spec)
         drift = req.drift
     else:
         target, drafter = deployed.target, _Drafter(deployed.source, deployed.drafter)
@@ -205,30 +209,19 @@ def _check(req: SimulateRequest) -> None:
         raise InputError("--drift changes acceptance, which --policy none never uses")
 
 
-def _drafter(req: SimulateRequest, profile: HardwareProfile) -> _Drafter:
+def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) -> _Drafter:
     """The drafter's source and cost model (module docstring)."""
-    name = req.drafter
-    if name is None:
-        if req.trace is None:
-            if req.policy != "none":
-                raise InputError(f"--policy {req.policy} needs --drafter (a draft model or "
-                                 f"{', '.join(sorted(MODEL_FREE_SOURCES))}) or --trace")
-            return _Drafter(DEFAULT_SOURCE, None)
-        source = default_source(req.trace)
-        name = source.removeprefix(DRAFT_PREFIX)
-        if source.startswith(DRAFT_PREFIX) and name not in list_models():
-            raise InputError(f"draft model {name!r} of trace source {source!r} is not in the "
-                             "catalogue; pass --drafter")
-    if name in MODEL_FREE_SOURCES:
-        source, cost = name, None
-    else:
-        source = DRAFT_PREFIX + name
-        cost = CostModel(profile, get_model(name), runtime=req.runtime)
-    if req.trace is not None:
-        resolve_source(req.trace, source)
+    if req.trace is None and req.drafter is None and req.source is None:
+        if req.policy != "none":
+            raise InputError(f"--policy {req.policy} needs --drafter (a draft model or "
+                             f"{', '.join(sorted(MODEL_FREE_SOURCES))}) or --trace")
+        return _Drafter(DEFAULT_SOURCE, None)
+    chosen = drafting(req.trace, req.source, req.drafter, list_models())
+    priced = drafter_spec(chosen.model, target, chosen.kept_layers, chosen.source)
+    cost = None if priced is None else CostModel(profile, priced, runtime=req.runtime)
     if req.draft_placement == "separate" and cost is None:
         raise InputError("--draft-placement separate needs a draft model (--drafter MODEL)")
-    return _Drafter(source, cost)
+    return _Drafter(chosen.source, cost)
 
 
 def _deploy(req: SimulateRequest, spec: ModelSpec) -> SystemCosts | None:
@@ -273,7 +266,7 @@ def _tree(req: SimulateRequest, target: str, source: str) -> Tree | None:
         raise InputError(f"--tree {req.tree}: optimised for target {found.target}, "
                          f"simulating {target}")
     tree = found.tree
-    generic = source.startswith(DRAFT_PREFIX) and set(tree.sources[1:]) <= {DEFAULT_SOURCE}
+    generic = draft_model(source) is not None and set(tree.sources[1:]) <= {DEFAULT_SOURCE}
     if generic:
         tree = Tree(tree.parents, tree.ranks, (tree.sources[0],) + (source,) * (tree.size - 1))
     elif found.source is not None and found.source != source:

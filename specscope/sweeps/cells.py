@@ -26,13 +26,12 @@ from specscope.sweeps.config import (
     SweepConfig,
     digest,
     profile_digest,
-    source_of,
 )
+from specscope.trace.sources import NO_DRAFTER
 
 KEY_VERSION = 1
 """Part of every key: bump it when a cell's evaluation changes meaning, so nothing stale is
 reused."""
-NO_DRAFTER = "none"
 ORDER = ("hardware", "runtime", "target", "tp", "weight_bits", "system", "drafter", "batch",
          "rate", "method", "budget")
 """Enumeration order, outermost first: cells that share a pricing (hardware … batch) are
@@ -48,6 +47,8 @@ class Cell:
     runtime: str
     target: str
     drafter: str
+    source: str
+    """The source whose acceptance the cell uses (`Grid.sources`; `none` for plain decoding)."""
     method: str
     budget: int
     batch: int
@@ -63,11 +64,6 @@ class Cell:
     """sha256 of the hardware profile's file."""
     system: str = NO_SYSTEM
     system_options: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def source(self) -> str:
-        """The drafter's trace source (`draft:NAME`, or a model-free name)."""
-        return source_of(self.drafter)
 
     @cached_property
     def key(self) -> str:
@@ -142,7 +138,9 @@ def _cell(grid: Grid, config: SweepConfig, p: dict[str, Any],
     return Cell(
         mode=grid.mode, hardware=p["hardware"],
         runtime=p["runtime"] or default_runtime,
-        target=p["target"], drafter=p["drafter"], method=p["method"], budget=p["budget"],
+        target=p["target"], drafter=p["drafter"],
+        source=grid.sources.get(p["drafter"], NO_DRAFTER),
+        method=p["method"], budget=p["budget"],
         batch=p["batch"] or 1, rate=None if p["rate"] is None else float(p["rate"]),
         tp=p["tp"] or 1,
         weight_bits=p["weight_bits"] or get_model(p["target"]).weight_bits,

@@ -50,7 +50,7 @@ from typing import Any
 from specscope.errors import InputError
 from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.profile import profile_path
-from specscope.models import get_model
+from specscope.models import get_model, list_models
 from specscope.names import MODEL_FREE_SOURCES, RUNTIMES
 from specscope.optimizers.compare import METHOD_NAMES, TREE_METHODS
 from specscope.simulator.policies import POLICIES
@@ -58,8 +58,7 @@ from specscope.simulator.scheduler import ROUTERS
 from specscope.simulator.workload import ARRIVALS, WORKLOADS, LengthDist
 from specscope.systems.case import check_options
 from specscope.systems.registry import SYSTEMS
-from specscope.trace import Trace, read_trace, resolve_source
-from specscope.trace.schema import DRAFT_PREFIX
+from specscope.trace import Trace, drafting, read_trace
 from specscope.tree import acceptance_table
 
 MODES = ("analytic", "simulate")
@@ -111,6 +110,7 @@ class Grid:
     context: int | None  # None: the trace's mean context
     max_depth: int
     vectors: dict[str, tuple[float, ...]]  # drafter (or "default") → vector; {} with a trace
+    sources: dict[str, str]  # drafter → the source whose acceptance its cells use (`drafting`)
     trace: str | None
     trace_digest: str  # sha256 of the trace file's bytes ("" without a trace)
     simulation: dict[str, Any]
@@ -140,11 +140,6 @@ def digest(value: Any) -> str:
     """sha256 (hex) of a JSON value written canonically (sorted keys, no spaces)."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def source_of(drafter: str) -> str:
-    """The trace source of a drafter: a model-free name as is, a draft model as `draft:NAME`."""
-    return drafter if drafter in MODEL_FREE_SOURCES else DRAFT_PREFIX + drafter
 
 
 def load_config(path: str | Path) -> SweepConfig:
@@ -212,12 +207,13 @@ def _grid(name: str, table: dict[str, Any], folder: Path, where: str,
     axes["hardware"] = tuple(_hardware(h, folder) for h in axes["hardware"])
     trace = _trace(table.get("trace"), folder, where, traces)
     vectors = _vectors(table.get("acceptance"), axes["drafter"], trace, where)
-    if trace is not None:
-        for drafter in axes["drafter"]:
-            try:
-                resolve_source(traces[trace], source_of(drafter))
-            except InputError as exc:
-                raise InputError(f"{where}drafter: {exc}") from None
+    sources = {}
+    for drafter in axes["drafter"]:
+        try:
+            sources[drafter] = drafting(None if trace is None else traces[trace], None, drafter,
+                                        list_models()).source
+        except InputError as exc:
+            raise InputError(f"{where}drafter: {exc}") from None
     context = table.get("context")
     if context is None and trace is None:
         context = DEFAULT_CONTEXT
@@ -225,7 +221,7 @@ def _grid(name: str, table: dict[str, Any], folder: Path, where: str,
         name=name, mode=mode, axes=axes,
         context=None if context is None else _int(context, f"{where}context", 0),
         max_depth=_int(table.get("max_depth", DEFAULT_MAX_DEPTH), f"{where}max_depth", 0),
-        vectors=vectors, trace=trace,
+        vectors=vectors, sources=sources, trace=trace,
         trace_digest="" if trace is None else _file_digest(trace),
         simulation=_simulation(table.get("simulation", {}), trace, where),
         system_options=_system_options(table.get("system_options", {}), where),

@@ -132,6 +132,7 @@ def _simulated(cell: Cell, trace: Trace | None) -> dict[str, Any]:
     request = SimulateRequest(
         hw=cell.hardware, target=cell.target,
         drafter=None if cell.drafter == NO_DRAFTER else cell.drafter, trace=trace,
+        source=None if cell.drafter == NO_DRAFTER else cell.source,
         policy="static" if tree else cell.method, tree=tree, budget=cell.budget,
         max_depth=cell.max_depth, acceptance=cell.acceptance.vector, runtime=cell.runtime,
         tp=cell.tp, weight_bits=cell.weight_bits, rate=float(cell.rate or 0.0),

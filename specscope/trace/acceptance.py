@@ -35,7 +35,8 @@ import numpy as np
 import polars as pl
 
 from specscope.errors import InputError
-from specscope.trace.schema import Trace, resolve_source, sequence_sources
+from specscope.trace.schema import Trace, sequence_sources
+from specscope.trace.sources import resolve_source
 from specscope.tree import DEFAULT_SOURCE, acceptance_table
 
 DEFAULT_MAX_DEPTH = 12

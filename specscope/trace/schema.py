@@ -42,7 +42,6 @@ SCHEMA: dict[str, pl.DataType] = {
 """Column name → polars dtype of schema version 1, in file order."""
 
 KEY = ("request_id", "pos", "source")
-DRAFT_PREFIX = "draft:"
 
 _MAGIC = b"PAR1"
 
@@ -94,24 +93,6 @@ def sequence_sources(trace: Trace) -> list[str]:
         .filter(pl.col("seq"))
     )
     return seq.get_column("source").to_list()
-
-
-def default_source(trace: Trace) -> str:
-    """The first `draft:` source if there is one, else the first source."""
-    sources = trace_sources(trace)
-    return next((s for s in sources if s.startswith(DRAFT_PREFIX)), sources[0])
-
-
-def resolve_source(trace: Trace, source: str | None) -> str:
-    """`source`, or the default source when None; an unknown name is an InputError."""
-    if source is None:
-        return default_source(trace)
-    sources = trace_sources(trace)
-    if source not in sources:
-        raise InputError(
-            f"{trace.name}: source {source!r} is not in the trace (sources: {', '.join(sources)})"
-        )
-    return source
 
 
 # ---- files ---------------------------------------------------------------------------------

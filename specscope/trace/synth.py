@@ -4,7 +4,8 @@ Every request has `length` true tokens drawn uniformly from the vocabulary; rows
 (request, position, source). Sources draw their randomness from (seed, source name), so adding a
 source leaves the others' rows unchanged, and sources are independent of one another.
 
-Ranked sources (`draft:<model>`, `recycle`), `RankedBehaviour(top1, decay, depth_decay)`:
+Ranked sources (`draft:<model>`, `rasd:<model>` with a draft model's default, `recycle`),
+`RankedBehaviour(top1, decay, depth_decay)`:
 the true token's rank at position t is k ∈ 0..K−1 with probability
 
     top1 · decay^k · depth_decay^c · s,       rank −1 (not among the candidates) otherwise,
@@ -50,7 +51,8 @@ import polars as pl
 from specscope import __version__
 from specscope.errors import InputError
 from specscope.names import SEQUENCE_SOURCES
-from specscope.trace.schema import DRAFT_PREFIX, SCHEMA, SCHEMA_VERSION, Trace
+from specscope.trace.schema import SCHEMA, SCHEMA_VERSION, Trace
+from specscope.trace.sources import DRAFT_PREFIX, draft_model
 
 
 @dataclass(frozen=True)
@@ -155,12 +157,10 @@ def synth_trace(
 def _behaviour(
     source: str, overrides: Mapping[str, RankedBehaviour | SequenceBehaviour]
 ) -> RankedBehaviour | SequenceBehaviour:
-    is_draft = source.startswith(DRAFT_PREFIX) and len(source) > len(DRAFT_PREFIX)
-    kind = DRAFT_PREFIX if is_draft else source
+    kind = DRAFT_PREFIX if draft_model(source) is not None else source
     if kind not in DEFAULT_BEHAVIOUR:
-        raise InputError(
-            f"synth_trace: source {source!r} is not one of draft:<model>, recycle, ngram, suffix"
-        )
+        raise InputError(f"synth_trace: source {source!r} is not one of draft:<model>, "
+                         "rasd:<model>, recycle, ngram, suffix")
     b = overrides.get(source, DEFAULT_BEHAVIOUR[kind])
     expected = SequenceBehaviour if kind in SEQUENCE_SOURCES else RankedBehaviour
     if not isinstance(b, expected):

@@ -34,7 +34,7 @@ import polars as pl
 import torch
 
 from specscope.errors import InputError
-from specscope.executor.collect import DEFAULT_DRAFT_MODEL, collect_tokens, encode
+from specscope.executor.collect import collect_tokens
 from specscope.executor.drafters import Drafter, make_drafter
 from specscope.executor.loop import PhaseTimes, decode_speculative
 from specscope.executor.methods import (
@@ -46,17 +46,26 @@ from specscope.executor.methods import (
     static_method,
 )
 from specscope.executor.runtime import Runtime
-from specscope.executor.targets import Model, load_model
+from specscope.executor.session import Session, load_session
+from specscope.executor.targets import Model
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
 from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model
 from specscope.models.zoo import zoo_specs
+from specscope.names import DEFAULT_DRAFT_MODEL
 from specscope.optimizers.compare import TREE_METHODS, Setup
 from specscope.optimizers.dyspec import dyspec_build
 from specscope.optimizers.ets import PULP_MISSING, pulp_available
 from specscope.optimizers.specdecpp import AUTHORS_THRESHOLD, specdecpp
 from specscope.profiling.measure import binary_tree, build, timer
-from specscope.trace import AcceptanceModel, Trace, accepted_lengths, replay, sequence_sources
+from specscope.trace import (
+    AcceptanceModel,
+    Trace,
+    accepted_lengths,
+    replay,
+    sequence_sources,
+    source_of,
+)
 from specscope.tree import Tree
 from specscope.validate.grid import BATCH_NOTE, Config, config_grid
 from specscope.validate.report import Fidelity, Measured, Outcome, Prediction, Validation
@@ -129,10 +138,10 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
         notes.append(f"ETS configurations skipped: {PULP_MISSING}")
         configs = [c for c in configs if c.method != "ets"]
     sizes = req.sizes or (QUICK_SIZES if req.quick else FULL_SIZES)
-    target, tokenizer = load_model(req.model, runtime=runtime)
-    draft = load_model(req.draft_model, runtime=runtime)[0]
+    session = load_session(req.model, req.draft_model, runtime)
+    target, draft = session.target, session.draft
     longest = max(c.budget for c in configs)
-    calibration, held_out = split_prompts(req.prompts, tokenizer, sizes.per_half,
+    calibration, held_out = split_prompts(req.prompts, session, sizes.per_half,
                                           get_model(req.model).max_seq_len - sizes.max_new
                                           - longest, req.seed)
     replayable = [c for c in configs if c.temperature == 0 and c.method in STATIC_METHODS]
@@ -234,18 +243,16 @@ def host_costs(profile: HardwareProfile) -> bool:
     return bool(profile.drafter_s or profile.speculation_step_s or profile.draft_level_host_s)
 
 
-def split_prompts(spec: str, tokenizer: object, per_half: int, max_tokens: int, seed: int = 0
+def split_prompts(spec: str, session: Session, per_half: int, max_tokens: int, seed: int = 0
                   ) -> tuple[list[list[int]], list[list[int]]]:
     """Calibration and held-out prompts: each set of `spec` (comma list), prompts of more than
     `max_tokens` tokens left out, shuffled by `seed` (built-in sets cycle their edit kinds, so a
     split in file order would put some kinds in one half only), then alternately one to each
     half; the sets interleaved in both."""
-    from specscope.models.zoo.prompts import load_prompts
-
     cal_sets, held_sets = [], []
     rng = np.random.default_rng(seed)
     for name in (s.strip() for s in spec.split(",") if s.strip()):
-        tokens = [encode(tokenizer, text, name) for text in load_prompts(name)]
+        tokens = session.prompts(name)
         kept = [t for t in tokens if 2 <= len(t) <= max_tokens]
         kept = [kept[i] for i in rng.permutation(len(kept))]
         cal_sets.append(kept[0::2])
@@ -266,7 +273,7 @@ def trace_drafters(target: Model, draft: Model, temperature: float) -> list[Draf
 
 def _source(config: Config, draft_name: str) -> str:
     """The trace source a configuration's tree is shaped on (Goose's spine is n-gram)."""
-    return f"draft:{draft_name}" if config.drafter == "draft" else "ngram"
+    return source_of(draft_name) if config.drafter == "draft" else "ngram"
 
 
 def predict(config: Config, trace: Trace, pricing: Pricing, draft_name: str, seed: int
