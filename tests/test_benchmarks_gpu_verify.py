@@ -60,7 +60,8 @@ def test_two_row_run_writes_the_schema_with_floors_of_weights_and_kv_at_the_copy
     finally:
         torch.set_num_threads(threads)
     data = json.loads(out.read_text())
-    assert set(data) == {"provenance", "copy_GBps", "steps", "prefill", "commit", "e2e"}
+    assert set(data) == {"provenance", "copy_GBps", "compile_mode", "steps", "prefill", "commit",
+                         "e2e", "groups"}
     assert set(data["provenance"]) == {"device", "driver", "torch", "date"}
     assert data["provenance"]["torch"] == torch.__version__
     assert [(s["model"], s["context"], s["n"], s["runtime"]) for s in data["steps"]] == [
@@ -68,6 +69,8 @@ def test_two_row_run_writes_the_schema_with_floors_of_weights_and_kv_at_the_copy
     assert all(set(s) == {"model", "context", "n", "runtime", "ms", "floor_ms"} and s["ms"] > 0
                for s in data["steps"])
     assert data["prefill"] == data["commit"] == data["e2e"] == []
+    assert [(g["model"], g["context"], g["runtime"], g["ns"]) for g in data["groups"]] == [
+        ("tiny-code-draft", 32, "eager", [1, 2])]
     s = zoo_specs()["tiny-code-draft"]
     attn = s.n_heads * s.head_dim
     per_layer = 2 * s.d_model * attn + 2 * s.d_model * s.n_kv_heads * s.head_dim \
@@ -128,4 +131,18 @@ def test_imports_without_the_packages_the_gpu_image_lacks():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "['polars', 'pulp']"
+    assert done.stdout.strip() == "['polars']"  # PuLP is imported only where ETS solves
+
+
+def test_compiled_steps_run_at_one_context_and_their_own_sizes(gv):
+    args, base = gv.parse_args(["--device", "cpu", "--contexts", "64,256", "--ns", "1,2,4",
+                                "--compile-ns", "1", "--compile-mode",
+                                "max-autotune-no-cudagraphs"])
+    assert (args.compile_context, args.compile_ns, args.warmup) == (64, [1], 3)
+    assert base.compile_mode == "max-autotune-no-cudagraphs"
+    with pytest.raises(SystemExit):  # argparse: a mode that captures CUDA graphs itself
+        gv.parse_args(["--device", "cpu", "--compile-mode", "reduce-overhead"])
+    assert gv.pairs("tiny-code:draft, tiny-ssm:ngram") == [("tiny-code", "draft"),
+                                                           ("tiny-ssm", "ngram")]
+    with pytest.raises(InputError):
+        gv.pairs("tiny-code")

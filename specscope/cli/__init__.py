@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Annotated
 
 import typer
-from typer._click.exceptions import NoArgsIsHelpError  # typer ≥ 0.29 raises its own click's
 
 from specscope import __version__
 from specscope.cli import adapt, measure, predict, report
+from specscope.cli.compat import USAGE_ERRORS, NoArgsIsHelpError
 from specscope.cli.help import APP_SETTINGS, Command, example
 from specscope.errors import InputError
 
@@ -98,7 +98,7 @@ def _run(
     except NoArgsIsHelpError as exc:  # a group called alone: its help, on stdout
         typer.echo(exc.format_message())
         sys.exit(0)
-    except (typer.TyperException, InputError) as exc:  # usage errors, bad values, bad input
+    except (*USAGE_ERRORS, InputError) as exc:  # usage errors, bad values, bad input
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
         sys.exit(2)

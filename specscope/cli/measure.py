@@ -40,7 +40,7 @@ def profile_hw(
                       Choices("specscope.names:PROFILE_DEVICES")] = "cpu",
     runtime: Annotated[list[str] | None, typer.Option(
         help="Runtimes to fit, repeated or comma-separated; graph needs cuda (default: all "
-             "the device runs)."),
+             "the device runs; --quick on cuda leaves out compile)."),
         Choices("specscope.names:RUNTIMES", many=True)] = None,
     quick: Annotated[bool, typer.Option(help="A small grid (about 2.5 min on 2 cores).")] = (
         False),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -35,6 +36,13 @@ WARMUP_CALLS = 2
 """Eager calls on a side stream before a CUDA graph is captured (allocator and cuBLAS warm-up)."""
 RECOMPILE_LIMIT = 64
 """Compiled versions dynamo may keep of one step function (models × buckets)."""
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+"""`torch.compile` modes a CUDA `compile` step may use: the runner captures the compiled step as a
+CUDA graph itself, so the modes that capture their own (reduce-overhead, max-autotune) are left out.
+max-autotune-no-cudagraphs times Triton matmul templates against cuBLAS for every shape (68-79 s per
+llama-3.1-8b bucket on an H100); `default` leaves the matmuls to cuBLAS without that search."""
+CUDA_COMPILE_MODE = "max-autotune-no-cudagraphs"
+"""The executor's mode on CUDA when none is asked for."""
 CPU_OPTIONS = {"freezing": True, "cpp_wrapper": True}
 """Inductor on a CPU: weights folded as constants (oneDNN prepacks them for small-batch GEMMs) and a
 C++ wrapper instead of Python between kernels. Measured on tiny-code (2-core EPYC, 1 thread): one
@@ -48,6 +56,14 @@ class Runtime:
     device: torch.device
     dtype: torch.dtype
     kind: str = "eager"
+    compile_mode: str | None = None
+    """`torch.compile` mode of `compile` steps on CUDA (one of `COMPILE_MODES`; None:
+    `CUDA_COMPILE_MODE`). A CPU compiles with `CPU_OPTIONS` whatever the mode."""
+
+    def __post_init__(self) -> None:
+        if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:
+            raise InputError(f"--compile-mode must be one of {', '.join(COMPILE_MODES)}, got "
+                             f"{self.compile_mode!r}")
 
     @classmethod
     def resolve(cls, device: str = "auto", dtype: str = "float32",
@@ -125,7 +141,7 @@ class StepRunner:
                                                         RECOMPILE_LIMIT)
         if runtime.kind == "compile" and runtime.device.type == "cuda":
             self.fn = torch.compile(fn, fullgraph=True, dynamic=False,
-                                    mode="max-autotune-no-cudagraphs")
+                                    mode=runtime.compile_mode or CUDA_COMPILE_MODE)
         elif runtime.kind == "compile":
             self.fn = torch.compile(fn, fullgraph=True, dynamic=False, options=CPU_OPTIONS)
         else:
@@ -155,6 +171,21 @@ class StepRunner:
         if isinstance(static_out, torch.Tensor):
             return static_out.clone()
         return tuple(t.clone() for t in static_out)
+
+    def bind(self, *inputs: torch.Tensor) -> Callable[[], object]:
+        """A zero-argument call of the step on `inputs` (already on the device) without what each
+        `__call__` adds around it, for timing the step alone: the signature is compiled or
+        captured first (a first call, counted in `setup_s`); under captures the inputs are
+        copied into the graph's static buffers here, once, and the call only replays the graph
+        (no copies in, no clone out). Binding other inputs of the same signature later
+        overwrites those buffers: the call then runs on them (same shapes, same kernels)."""
+        self(*inputs)
+        if not self.captures:
+            return partial(self.fn, *inputs)
+        graph, static_in, _ = self._graphs[tuple((tuple(x.shape), x.dtype) for x in inputs)]
+        for buffer, x in zip(static_in, inputs, strict=True):
+            buffer.copy_(x)
+        return graph.replay
 
     def _capture(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
         start = self.runtime.clock()

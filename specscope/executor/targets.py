@@ -16,7 +16,8 @@ the last committed token s_{L−1} is the root of the next tree and is processed
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,7 +28,7 @@ from specscope.errors import InputError
 from specscope.executor.runtime import Runtime, StepRunner, bucket
 from specscope.models.hf_config import llama_spec
 from specscope.models.torch import Hybrid, Mamba2, SSMState, Transformer, load_checkpoint
-from specscope.models.torch.ssm import TreeRecord, tree_layout
+from specscope.models.torch.ssm import Layout, TreeRecord, tree_layout
 from specscope.tree import Tree
 
 if TYPE_CHECKING:
@@ -62,6 +63,11 @@ class Model(Protocol):
 
     def verify(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
         """Logits (n, vocab) of every node of `tree` (tokens (n,), node 0 = last committed)."""
+        ...
+
+    def verify_call(self, tokens: torch.Tensor, tree: Tree) -> Callable[[], object]:
+        """A zero-argument call of the same verification with its inputs built on the device
+        now, once: what a benchmark times as the step alone (it keeps no record to commit)."""
         ...
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
@@ -121,6 +127,17 @@ class CachedModel:
     def verify(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
         if self._step is None:
             return self.model.forward_tree(tokens.to(self.runtime.device), tree, self.committed)
+        return self._step(*self._step_inputs(tokens, tree))[0, :tree.size]
+
+    def verify_call(self, tokens: torch.Tensor, tree: Tree) -> Callable[[], object]:
+        if self._step is None:
+            return partial(self.model.forward_tree, tokens.to(self.runtime.device), tree,
+                           self.committed)
+        return self._step.bind(*self._step_inputs(tokens, tree))
+
+    def _step_inputs(self, tokens: torch.Tensor, tree: Tree) -> tuple[torch.Tensor, ...]:
+        """The static step's inputs on the device, padded to the tree's bucket: tokens (1, size),
+        positions, cache slots, the committed length and the (size, size) ancestor mask."""
         n = tree.size
         size = bucket(n)
         index = torch.arange(size)
@@ -133,9 +150,8 @@ class CachedModel:
         padded = torch.zeros(size, dtype=torch.long)
         padded[:n] = tokens
         device = self.runtime.device
-        logits = self._step(padded[None].to(device), positions.to(device), slots.to(device),
-                            torch.tensor(self.committed, device=device), block.to(device))
-        return logits[0, :n]
+        return (padded[None].to(device), positions.to(device), slots.to(device),
+                torch.tensor(self.committed, device=device), block.to(device))
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
         self.model.compact(self.committed, path)
@@ -222,15 +238,30 @@ class SSMModel:
             logits = self._verify_padded(tokens, tree)
         return logits
 
-    def _verify_padded(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
+    def verify_call(self, tokens: torch.Tensor, tree: Tree) -> Callable[[], object]:
+        device = self.runtime.device
+        if self.ssm_verify == "naive":
+            return partial(self.model.verify_tree_naive, tokens.to(device), tree, self.state)
+        if self._verify is None:
+            return partial(self.model.verify_tree_stree, tokens.to(device), tree, self.state)
+        return self._verify.bind(*self._padded_inputs(tokens, tree)[1])
+
+    def _padded_inputs(self, tokens: torch.Tensor, tree: Tree
+                       ) -> tuple[Layout, tuple[torch.Tensor, ...]]:
+        """The tree's layout, and the static verification's inputs on the device (tokens
+        padded to the tree's bucket, mask, conv index, the committed state)."""
         n, size, device = tree.size, bucket(tree.size), self.runtime.device
         layout = tree_layout(tree, self.model.spec.conv_kernel, device, size)
         padded = torch.zeros(1, size, dtype=torch.long)
         padded[0, :n] = tokens
-        logits, *parts = self._verify(padded.to(device), layout.mask, layout.conv_index,
-                                      self.state.conv, self.state.ssm)
+        return layout, (padded.to(device), layout.mask, layout.conv_index, self.state.conv,
+                        self.state.ssm)
+
+    def _verify_padded(self, tokens: torch.Tensor, tree: Tree) -> torch.Tensor:
+        layout, inputs = self._padded_inputs(tokens, tree)
+        logits, *parts = self._verify(*inputs)
         self._record = TreeRecord.of_tree(parts, layout.conv_index, self.state.ssm)
-        return logits[:n]
+        return logits[:tree.size]
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
         """The state after the accepted path, from what the verification computed (no replay)."""
@@ -282,6 +313,10 @@ class HybridModel:
         logits, self._record = self.model.verify_tree(tokens.to(self.runtime.device), tree,
                                                       self.committed, self.state)
         return logits
+
+    def verify_call(self, tokens: torch.Tensor, tree: Tree) -> Callable[[], object]:
+        return partial(self.model.verify_tree, tokens.to(self.runtime.device), tree,
+                       self.committed, self.state)
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
         if path:  # an empty path (a draft model catching up on one token) keeps nothing

@@ -111,6 +111,9 @@ GRIDS = {
                           (128, 1024, 8192), (512, 2048, 8192), "llama-68m", repeats=20),
 }
 """(device, quick) → grid. --quick on a 2-core CPU stays under ~2.5 minutes, compiling included."""
+QUICK_CUDA_RUNTIMES = ("eager", "graph")
+"""What --quick on cuda fits when no --runtime is given: compiling its grid's buckets took 12-15
+minutes on an H100, so compile is measured only when asked for."""
 HOLD_OUT_EVERY = 4
 """Every 4th measured point is kept out of the fit (see `split_held_out`)."""
 PRIOR_WEIGHT = 0.02
@@ -429,6 +432,8 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
     """Measure this machine, fit each runtime and write the profile (default: the user profile
     directory, `<name>.toml`); `grid` replaces the device's default grid (tests)."""
     start = time.perf_counter()
+    if not runtimes and device == "cuda" and quick:
+        runtimes = QUICK_CUDA_RUNTIMES
     base, chosen = check_request(name, device, runtimes, threads)
     path = Path(output) if output is not None else user_profile_dir() / f"{name}.toml"
     grid = grid or GRIDS[(device, quick)]

@@ -46,6 +46,10 @@ SAMPLED_TEMPERATURE = 0.7
 """Temperature of the loop runs that measure sampled verification's host cost."""
 WARMUP_FIRST = 20
 """Warm-up calls of a context's first shape (a model's first calls run slower for ~20 calls)."""
+GPU_WARMUP = 20
+"""Warm-up calls of every timed shape on a GPU (clocks, caches and the allocator settle)."""
+CPU_WARMUP = 3
+"""Warm-up calls of a timed shape on a CPU after the first."""
 
 
 # ---- timing helpers (shared with benchmarks/gpu_verify.py) ------------------------------------
@@ -64,10 +68,16 @@ def build(spec: ModelSpec, runtime: Runtime, max_len: int) -> Model:
     return HybridModel(model, spec.name, runtime)
 
 
-def timer(runtime: Runtime, fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
-    """Median milliseconds of `fn` after `warmup` calls: CUDA events on a GPU, perf_counter on a
-    CPU."""
-    for _ in range(warmup):
+def warmups(runtime: Runtime) -> int:
+    """Warm-up calls of a timed shape: `GPU_WARMUP` on a GPU, `CPU_WARMUP` on a CPU."""
+    return GPU_WARMUP if runtime.device.type == "cuda" else CPU_WARMUP
+
+
+def timer(runtime: Runtime, fn: Callable[[], object], repeats: int,
+          warmup: int | None = None) -> float:
+    """Median milliseconds of `fn` after `warmup` calls (default: `warmups`): CUDA events on a
+    GPU, perf_counter on a CPU."""
+    for _ in range(warmups(runtime) if warmup is None else warmup):
         fn()
     times = []
     for _ in range(repeats):
@@ -174,7 +184,7 @@ def measure_steps(spec: ModelSpec, runtime: Runtime, contexts: Sequence[int], ns
         calls = {n: partial(wrapped.verify, torch.arange(n) % spec.vocab_size, binary_tree(n))
                  for n in ns}
         for i, call in enumerate(calls.values()):
-            for _ in range(WARMUP_FIRST if i == 0 else 3):
+            for _ in range(WARMUP_FIRST if i == 0 else warmups(runtime)):
                 call()
         times: dict[int, list[float]] = {n: [] for n in ns}
         for _ in range(repeats):  # interleaved: a burst of load from elsewhere hits every n
