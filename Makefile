@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test lint bench clean chromium
+.PHONY: demo test lint bench clean chromium gpu-carry
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,30 @@ chromium:
 	  || echo "could not install chromium with apt-get (it needs Debian or Ubuntu, and root or sudo):" \
 	          "the browser test will fail; install it, or set SPECSCOPE_SKIP_BROWSER=1 to skip it"; }
 
-test: $(RAY_STAMP) chromium
+# The wheels the GPU runbook carries to the GPU image (benchmarks/gpu_carry.txt: its Python 3.12 on
+# x86-64), and the oldest typer pyproject.toml allows, which tests/test_gpu_run.py runs the CLI with.
+GPU_CARRY := .gpu-carry
+TYPER_OLDEST := $(shell sed -n 's/.*"typer>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+PIP_DOWNLOAD := $(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps
+
+gpu-carry: $(GPU_CARRY)/.stamp
+
+$(GPU_CARRY)/.stamp: benchmarks/gpu_carry.txt pyproject.toml | $(STAMP)
+	rm -rf $(GPU_CARRY) && mkdir -p $(GPU_CARRY)/oldest
+	$(PIP_DOWNLOAD) --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d $(GPU_CARRY) -r benchmarks/gpu_carry.txt 2>&1 \
+		| grep -v "is ignored: it is neither a file nor a directory" || true
+	$(PIP_DOWNLOAD) -d $(GPU_CARRY)/oldest "typer==$(TYPER_OLDEST)" 2>&1 \
+		| grep -v "is ignored: it is neither a file nor a directory" || true
+	test $$(ls $(GPU_CARRY)/*.whl | wc -l) -eq $$(grep -c . benchmarks/gpu_carry.txt)
+	test -f $(GPU_CARRY)/oldest/typer-$(TYPER_OLDEST)*.whl
+	@echo "carried: $$(du -cb $(GPU_CARRY)/*.whl | tail -1 | cut -f1) bytes of wheels beside" \
+	      "$$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null \
+	          | awk '$$2 == "total" {s += $$1} END {print s}') bytes of working tree"
+	touch $@
+
+test: $(RAY_STAMP) chromium gpu-carry
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -n 2 --durations=10
 

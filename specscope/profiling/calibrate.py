@@ -82,7 +82,8 @@ class Grid:
     models: catalogue models (random weights); ns / contexts: tree sizes and committed tokens of
     the eager grid; static_ns / static_contexts: those of runtimes that compile or capture a step
     per padded bucket (each (model, bucket, context) costs seconds to compile on a CPU); prefill:
-    prompt lengths; draft_model and draft_levels: the drafter model and the chain depths timed.
+    prompt lengths; draft_model and draft_levels: the drafter model and the chain depths timed;
+    loop_runs: rounds of the decode-loop runs that measure host costs (`measure_loop`).
     """
 
     models: tuple[str, ...]
@@ -94,6 +95,7 @@ class Grid:
     draft_model: str
     draft_levels: int = 8
     repeats: int = 5
+    loop_runs: int = 3
 
 
 CPU_MODELS = ("tiny-code-draft", "tiny-code", "llama-68m")
@@ -499,7 +501,7 @@ def host_costs(m: Measurements, base: Runtime, draft: ModelSpec, grid: Grid) -> 
     `m` (`measure_loop`), or a note where the executor's loop cannot be imported here (no polars
     on the image)."""
     try:
-        m.loop = measure_loop(draft, base, prompt_tokens(), grid.draft_levels)
+        m.loop = measure_loop(draft, base, prompt_tokens(), grid.draft_levels, grid.loop_runs)
     except ImportError as exc:
         m.notes.append(f"drafter and bookkeeping costs not measured: {exc}")
 

@@ -331,6 +331,9 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
     each other's weights). The model-free figures are the fastest of
     `runs`; bookkeeping is the median per step."""
     target = load_model(BOOKKEEPING_TARGET, runtime=dataclasses.replace(runtime, kind="eager"))[0]
+    # the draft proposes the target's tokens: its shape, the target's vocabulary (the GPU
+    # grid's llama-68m has 32,000 tokens, tiny-code far fewer)
+    draft = dataclasses.replace(draft, vocab_size=target.vocab_size)
     model = build(draft, runtime, len(prompt) + 2 * LOOP_TOKENS + DYSPEC_BUDGET + 1)
     context = prompt + [0] * (LOOP_TOKENS // 2)
     methods = _draft_methods(levels)

@@ -1,0 +1,275 @@
+"""The GPU path runs on the GPU image: `benchmarks/gpu_run.sh --device cpu all` in a subprocess
+that can import only the GPU image's packages (`benchmarks/gpu_image.txt`), the checkout and the
+carried wheels (`.gpu-carry/`, made by `make gpu-carry`), with the oldest typer `pyproject.toml`
+allows; and the pieces the runbook relies on."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specscope.errors import InputError
+from specscope.executor.runtime import Runtime, StepRunner
+from specscope.executor.targets import CachedModel, SSMModel
+from specscope.models.torch import Mamba2, Transformer
+from specscope.models.zoo import zoo_specs
+from specscope.tree import Tree
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNBOOK = ROOT / "benchmarks" / "gpu_run.sh"
+CARRY = ROOT / ".gpu-carry"
+STAGES = ("env", "steps-8b", "compile", "steps-small", "steps-ssm", "profile", "validate", "e2e",
+          "summary")
+FILES = ("env.json", "gpu_verify.json", "profile.toml", "validate.json", "stages.json",
+         "run.log", "summary.txt")
+BLOCKER = '''"""Hides the packages named in $SPECSCOPE_BLOCKED (top-level modules, comma list) as
+if they were not installed: `import` fails and `importlib.util.find_spec` finds nothing."""
+import os
+import sys
+from importlib.machinery import PathFinder
+
+_BLOCKED = frozenset(filter(None, os.environ.get("SPECSCOPE_BLOCKED", "").split(",")))
+
+
+class _Hidden(PathFinder):
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if path is None and name in _BLOCKED:
+            return None
+        return PathFinder.find_spec(name, path, target)
+
+
+sys.meta_path[:] = [_Hidden if f is PathFinder else f for f in sys.meta_path]
+'''
+
+
+def norm(name: str) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def oldest_typer() -> str:
+    """The lowest typer `pyproject.toml` allows ("typer>=X")."""
+    found = re.search(r'"typer>=([0-9.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert found, "pyproject.toml names no typer>=X"
+    return found.group(1)
+
+
+def same_version(a: str, b: str) -> bool:
+    """Equal release numbers, zeros padded (0.24 == 0.24.0)."""
+    def parts(v: str) -> list[int]:
+        out = [int(x) for x in re.findall(r"\d+", v)[:3]]
+        return out + [0] * (3 - len(out))
+    return parts(a) == parts(b)
+
+
+def blocked_modules(carried: set[str]) -> list[str]:
+    """Top-level modules installed here whose distributions are neither on the GPU image (nor
+    what its packages need here: this machine's versions of them may need other packages than
+    the image's) nor carried; the checkout itself runs from PYTHONPATH. A carried package's
+    needs are its wheel's, not its installed namesake's (typer 0.29 here needs pydantic)."""
+    image = {norm(line) for line in (ROOT / "benchmarks" / "gpu_image.txt").read_text()
+             .splitlines() if line.strip() and not line.startswith("#")}
+    installed = {norm(d.metadata["Name"]): d for d in importlib.metadata.distributions()}
+    allowed, todo = set(carried), [name for name in installed if name in image]
+    while todo:
+        name = todo.pop()
+        if name in allowed or name not in installed:
+            continue
+        allowed.add(name)
+        todo += [norm(re.match(r"[A-Za-z0-9._-]+", req).group(0))
+                 for req in installed[name].requires or [] if "extra ==" not in req]
+    return sorted(module for module, dists in importlib.metadata.packages_distributions().items()
+                  if module != "specscope" and not any(norm(d) in allowed for d in dists))
+
+
+def typer_wheel(folder: Path) -> Path:
+    """The oldest supported typer's wheel: from `make gpu-carry`, else downloaded now."""
+    version = oldest_typer()
+    made = sorted((CARRY / "oldest").glob(f"typer-{version}*.whl"))
+    if made:
+        return made[0]
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                           "-d", str(folder), f"typer=={version}"], capture_output=True,
+                          text=True, check=False, timeout=300)
+    wheels = sorted(folder.glob("typer-*.whl"))
+    if done.returncode != 0 or not wheels:
+        pytest.skip(f"typer=={version} is neither in .gpu-carry/oldest (make gpu-carry) nor "
+                    f"downloadable here: {done.stderr.strip()[-300:]}")
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def runbook(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """`gpu_run.sh --device cpu all` once, blocked and with the oldest typer."""
+    tmp = tmp_path_factory.mktemp("gpu_run")
+    carry, hooks, out = tmp / "carry", tmp / "hooks", tmp / "out"
+    carry.mkdir()
+    hooks.mkdir()
+    carried = {"typer"}
+    for wheel in sorted(CARRY.glob("*.whl")):
+        if not wheel.name.startswith("typer-"):  # the CLI runs under the oldest typer here
+            shutil.copy(wheel, carry)
+            carried.add(norm(wheel.name.split("-")[0]))
+    shutil.copy(typer_wheel(tmp), carry)
+    if "polars" not in carried:  # no carried wheel: the installed polars stands for it
+        carried |= {"polars", "polars-runtime-32"}
+    blocked = blocked_modules(carried)
+    (hooks / "sitecustomize.py").write_text(BLOCKER)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHON=sys.executable, GPU_CARRY=str(carry), GPU_SITE=str(tmp / "site"),
+               GPU_WORK=str(tmp / "work"), PYTHONPATH=str(hooks),
+               SPECSCOPE_BLOCKED=",".join(blocked))
+    start = time.perf_counter()
+    proc = subprocess.run(["bash", str(RUNBOOK), "--device", "cpu", "all", str(out)], env=env,
+                          capture_output=True, text=True, check=False, timeout=900)
+    return SimpleNamespace(proc=proc, out=out, env=env, blocked=blocked, carried=carried,
+                           wall=time.perf_counter() - start,
+                           polars=sorted(carry.glob("polars-*.whl")))
+
+
+@pytest.mark.slow
+def test_cpu_mode_runs_every_stage_with_only_the_image_and_the_carried_packages(runbook):
+    proc, out = runbook.proc, runbook.out
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    print(f"gpu_run.sh --device cpu all: {runbook.wall:.0f} s")
+    assert {"pulp", "simpy", "plotly", "ray", "pydantic"} <= set(runbook.blocked)
+    assert ("polars" in runbook.blocked) is False  # carried (or, without a wheel, stood in for)
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    stages = json.loads((out / "stages.json").read_text())
+    assert stages["device"] == "cpu"
+    assert {k: v["status"] for k, v in stages["stages"].items()} == dict.fromkeys(STAGES, "done")
+
+    env = json.loads((out / "env.json").read_text())
+    typer = env["packages"]["typer"]
+    assert same_version(typer["version"], oldest_typer()), typer
+    assert typer["from"].startswith(runbook.env["GPU_SITE"])
+    if runbook.polars:  # the carried wheel, not the installed polars
+        version = runbook.polars[0].name.split("-")[1]
+        assert env["packages"]["polars"]["version"] == version
+        assert env["packages"]["polars"]["from"].startswith(runbook.env["GPU_SITE"])
+    assert all(v.startswith("not importable") for k, v in env["absent"].items()), env["absent"]
+    assert env["cli_generate"]["lossless"] is True
+    assert set(env["imports"].values()) == {"ok"}, env["imports"]
+
+    gv = json.loads((out / "gpu_verify.json").read_text())
+    assert {(s["model"], s["runtime"]) for s in gv["steps"]} == {
+        ("llama-3.2-1b/8", "eager"), ("tiny-code-draft", "compile"), ("tiny-code-draft", "eager"),
+        ("tiny-code", "eager"), ("tiny-ssm", "eager"), ("tiny-hybrid", "eager")}
+    assert all(s["ms"] > 0 and s["floor_ms"] > 0 for s in gv["steps"])
+    assert [p["model"] for p in gv["prefill"]] == ["llama-3.2-1b/8"]
+    assert {c["model"] for c in gv["commit"]} == {"tiny-ssm", "tiny-hybrid"}
+    assert {(e["model"], e["drafter"]) for e in gv["e2e"]} == {("tiny-code", "draft"),
+                                                              ("tiny-code", "ngram")}
+    assert all(e["lossless"] for e in gv["e2e"])
+    assert next(g for g in gv["groups"] if g["runtime"] == "compile")["setup_s"] > 0
+
+    profile = tomllib.loads((out / "profile.toml").read_text())
+    assert profile["fit"]["eager"]["points"] > 0
+    validate = json.loads((out / "validate.json").read_text())
+    assert validate["configs"] and validate["device"] == "cpu"
+    assert not any(c["config"].startswith("ets/") for c in validate["configs"])
+    assert any(note.startswith("ETS configurations skipped") for note in validate["notes"])
+    summary = (out / "summary.txt").read_text()
+    assert summary.count("PASS") + summary.count("FAIL") == 9, summary
+    assert "MISSING" not in summary, summary
+    assert "stage summary: done" in (out / "run.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_used_outdir_needs_merge_and_merge_runs_only_what_is_asked(runbook):
+    run = ["bash", str(RUNBOOK), "--device", "cpu"]
+    refused = subprocess.run([*run, "summary", str(runbook.out)], env=runbook.env,
+                             capture_output=True, text=True, check=False, timeout=120)
+    assert refused.returncode == 2 and "--merge" in refused.stderr
+    again = subprocess.run([*run, "--merge", "all", str(runbook.out)], env=runbook.env,
+                           capture_output=True, text=True, check=False, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert again.stdout.count("already done (stages.json)") == len(STAGES) - 1
+    fresh = runbook.out.parent / "again"
+    copied = subprocess.run([*run, "--from", str(runbook.out), "summary", str(fresh)],
+                            env=runbook.env, capture_output=True, text=True, check=False,
+                            timeout=120)
+    assert copied.returncode == 0, copied.stdout[-3000:]
+    assert (fresh / "summary.txt").read_text().count("PASS") + (
+        fresh / "summary.txt").read_text().count("FAIL") == 9
+
+
+def test_bad_runbook_arguments_exit_2():
+    for argv in (["--device", "tpu", "all", "x"], ["nosuchstage", "x"], ["all"],
+                 ["--compile-mode", "reduce-overhead", "all", "x"]):
+        done = subprocess.run(["bash", str(RUNBOOK), *argv], capture_output=True, text=True,
+                              check=False, timeout=60)
+        assert done.returncode == 2, (argv, done.stderr)
+
+
+# ---- what the runbook relies on -----------------------------------------------------------------
+
+
+def test_verify_call_runs_the_verification_with_inputs_built_once():
+    spec = zoo_specs()["tiny-code-draft"]
+    tree, tokens = Tree.from_parents([-1, 0, 0, 1, 3]), torch.tensor([3, 5, 7, 9, 11])
+    for padded in (False, True):  # the exact eager pass; the padded static step (a bucket of 8)
+        model = CachedModel(Transformer.random(spec), "m", spec.vocab_size, padded=padded,
+                            max_len=64)
+        model.prefill(torch.arange(12) % spec.vocab_size, 40)
+        expected = model.verify(tokens, tree)
+        got = model.verify_call(tokens, tree)()
+        got = got[0, :tree.size] if padded else got
+        torch.testing.assert_close(got, expected)
+    ssm_spec = zoo_specs()["tiny-ssm"]
+    for padded in (False, True):
+        model = SSMModel(Mamba2.random(ssm_spec), "s", padded=padded)
+        model.prefill(torch.arange(9) % ssm_spec.vocab_size, 40)
+        expected = model.verify(tokens, tree)
+        got = model.verify_call(tokens, tree)()
+        torch.testing.assert_close(got[0][:tree.size] if padded else got[0], expected)
+
+
+def test_compile_modes_are_checked_and_reach_the_step_runner():
+    assert Runtime.resolve("cpu").compile_mode is None
+    with pytest.raises(InputError, match="--compile-mode"):
+        Runtime(torch.device("cpu"), torch.float32, "compile", "reduce-overhead")
+    runner = StepRunner(lambda x: x + 1, Runtime(torch.device("cpu"), torch.float32, "eager",
+                                                 "default"))
+    call = runner.bind(torch.ones(3))
+    assert torch.equal(call(), torch.full((3,), 2.0))
+
+
+def test_cli_error_types_come_from_the_installed_typer():
+    import typer
+
+    from specscope.cli.compat import USAGE_ERRORS, NoArgsIsHelpError
+
+    assert issubclass(NoArgsIsHelpError, Exception)
+    assert getattr(typer, "TyperException", None) in (None, *USAGE_ERRORS)
+
+
+@pytest.mark.slow
+def test_loop_costs_run_with_a_draft_of_another_vocabulary():
+    """profile-hw on cuda times llama-68m (32,000 tokens) drafting for tiny-code: the draft takes
+    the target's vocabulary, or its tokens would index past the target's embedding."""
+    import dataclasses
+
+    from specscope.profiling.measure import measure_loop, prompt_tokens
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        draft = dataclasses.replace(zoo_specs()["tiny-code-draft"], vocab_size=32000)
+        costs = measure_loop(draft, Runtime.cpu(), prompt_tokens(), 2, runs=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert costs.draft_level_s >= 0 and set(costs.drafter_s) == {"ngram", "suffix", "recycle",
+                                                                   "goose"}
