@@ -20,11 +20,11 @@ device before the timed window (`Model.verify_call`): the timed call is the forw
 graph and compile the replay of the captured graph, no input copies and no clone of its logits).
 
 `compile` is measured at one context per model (--compile-context, default the first) and at
---compile-ns (default --ns): every bucket compiles once per context, so a compiled grid is kept to
-the one context its items need. --compile-mode picks torch.compile's mode on a GPU (default
-`default`; `max-autotune-no-cudagraphs`, the executor's own, searches Triton matmul templates
-for 68-79 s per llama-3.1-8b bucket on an H100). Compile and capture seconds per group go in
-`groups`.
+--compile-ns (default 1,8,64 on a GPU, --ns on a CPU): every bucket compiles once per context, so
+a compiled grid is kept to the one context its items need. --compile-mode picks torch.compile's
+mode on a GPU (default `default`; `max-autotune-no-cudagraphs`, the executor's own, searches
+Triton matmul templates for 68-79 s per llama-3.1-8b bucket on an H100). Compile and capture
+seconds per group go in `groups`.
 
 byte floor = (weight bytes + the context's K/V or SSM-state bytes) / the copy rate measured in
 the same run (a device-to-device `copy_` of a large buffer, read + write bytes over time): what
@@ -81,7 +81,7 @@ from specscope.tree import Tree
 
 GPU = {"models": "llama-68m,llama-3.2-1b,llama-3.1-8b,mamba2-2.7b,bamba-9b",
        "contexts": "256,2048,8192", "ns": "1,2,4,8,16,32,64,128,256",
-       "runtimes": "eager,graph,compile", "prefill": "2048,8192"}
+       "runtimes": "eager,graph,compile", "prefill": "2048,8192", "compile_ns": "1,8,64"}
 CPU = {"models": "tiny-code-draft,tiny-code,llama-3.2-1b/4,tiny-ssm,tiny-hybrid",
        "contexts": "256,448", "ns": "1,2,4,8,16,32", "runtimes": "eager,compile",
        "prefill": "256,1024"}
@@ -403,7 +403,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, R
     parser.add_argument("--compile-context", type=int, default=None,
                         help="the one context compiled steps are measured at (default: the "
                              "first of --contexts)")
-    parser.add_argument("--compile-ns", default=None, help="tree sizes compiled (default: --ns)")
+    parser.add_argument("--compile-ns", default=None,
+                        help="tree sizes compiled (default: 1,8,64 on a GPU, --ns on a CPU)")
     parser.add_argument("--repeats", type=int, default=None, help="timed calls (median)")
     parser.add_argument("--warmup", type=int, default=None,
                         help="calls before timing each shape (default: 20 on a GPU, 3 on a CPU)")
