@@ -110,7 +110,7 @@ def typer_wheel(folder: Path) -> Path:
     return wheels[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def runbook(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """`gpu_run.sh --device cpu all` once, blocked and with the oldest typer."""
     tmp = tmp_path_factory.mktemp("gpu_run")
@@ -185,10 +185,11 @@ def test_cpu_mode_runs_every_stage_with_only_the_image_and_the_carried_packages(
     assert summary.count("PASS") + summary.count("FAIL") == 9, summary
     assert "MISSING" not in summary, summary
     assert "stage summary: done" in (out / "run.log").read_text()
+    used_outdir_needs_merge_and_merge_runs_only_what_is_asked(runbook)
 
 
-@pytest.mark.slow
-def test_a_used_outdir_needs_merge_and_merge_runs_only_what_is_asked(runbook):
+def used_outdir_needs_merge_and_merge_runs_only_what_is_asked(runbook: SimpleNamespace) -> None:
+    """(In the test above: one runbook run, whichever worker runs it.)"""
     run = ["bash", str(RUNBOOK), "--device", "cpu"]
     refused = subprocess.run([*run, "summary", str(runbook.out)], env=runbook.env,
                              capture_output=True, text=True, check=False, timeout=120)
