@@ -3,7 +3,7 @@
 # each writing its results into OUTDIR as it goes.
 #
 #   bash benchmarks/gpu_run.sh [--device cuda|cpu] [--merge] [--from DIR] [--budget SECONDS]
-#                              [--compile-mode MODE] STAGE|all OUTDIR
+#                              [--compile-mode MODE] [--dry-run] STAGE|all OUTDIR
 #
 # Stages, in the order `all` runs them:
 #   env          versions (python, torch, CUDA, driver, typer, polars, …), nvidia-smi, the carried
@@ -30,7 +30,7 @@
 # --budget SECONDS: `all` starts no stage that its estimate says would end past the budget, and
 # cuts a running one at it (resume with --merge). Each stage is cut at 8 minutes (cuda).
 # --compile-mode: torch.compile's mode for the compiled steps (default, or
-# max-autotune-no-cudagraphs).
+# max-autotune-no-cudagraphs). --dry-run prints each stage's commands and runs nothing.
 #
 # Python packages: the image's, plus the wheels in $GPU_CARRY (default .gpu-carry/, made by
 # `make gpu-carry` from benchmarks/gpu_carry.txt), installed with pip --target into $GPU_SITE and
@@ -52,6 +52,7 @@ MERGE=0
 FROM=""
 BUDGET=0
 COMPILE_MODE=default
+DRY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=${2:-}; shift 2 ;;
@@ -60,6 +61,7 @@ while [ $# -gt 0 ]; do
     --from) FROM=${2:-}; MERGE=1; shift 2 ;;
     --budget) BUDGET=${2:-}; shift 2 ;;
     --compile-mode) COMPILE_MODE=${2:-}; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
     -h|--help) usage ;;
     -*) echo "gpu_run.sh: unknown option $1" >&2; usage ;;
     *) break ;;
@@ -80,15 +82,17 @@ if [ "$STAGE" != all ] && [ "$STAGE" != compile-long ] \
 fi
 
 FILES=(env.json gpu_verify.json profile.toml validate.json stages.json run.log summary.txt)
-mkdir -p "$OUT" || exit 2
-OUT=$(cd "$OUT" && pwd)
-if [ -n "$FROM" ]; then
+if [ "$DRY" = 0 ]; then
+  mkdir -p "$OUT" || exit 2
+  OUT=$(cd "$OUT" && pwd)
+fi
+if [ "$DRY" = 0 ] && [ -n "$FROM" ]; then
   [ -d "$FROM" ] || { echo "gpu_run.sh: --from $FROM: no such folder" >&2; exit 2; }
   for f in "${FILES[@]}"; do
     if [ -f "$FROM/$f" ] && [ ! -e "$OUT/$f" ]; then cp "$FROM/$f" "$OUT/$f"; fi
   done
 fi
-if [ "$MERGE" = 0 ]; then
+if [ "$DRY" = 0 ] && [ "$MERGE" = 0 ]; then
   for f in "${FILES[@]}"; do
     if [ -e "$OUT/$f" ]; then
       echo "gpu_run.sh: $OUT already holds $f from an earlier run: pass --merge to add to it," \
@@ -101,7 +105,7 @@ fi
 CARRY=${GPU_CARRY:-$REPO/.gpu-carry}
 SITE=${GPU_SITE:-${TMPDIR:-/tmp}/specscope-gpu-site}
 WORK=${GPU_WORK:-${TMPDIR:-/tmp}/specscope-gpu-work}
-mkdir -p "$WORK"
+[ "$DRY" = 1 ] || mkdir -p "$WORK"
 export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 export SPECSCOPE_PROFILE_DIR="$WORK/profiles"  # nothing written under ~/.config
@@ -242,6 +246,15 @@ estimate() {
     echo 10
   fi
 }
+
+if [ "$DRY" = 1 ]; then
+  if [ "$STAGE" = all ]; then todo=("${STAGES[@]}"); else todo=("$STAGE"); fi
+  for stage in "${todo[@]}"; do
+    echo "# $stage (about $(estimate "$stage") s)"
+    stage_cmds "$stage"
+  done
+  exit 0
+fi
 
 START=$SECONDS
 run_stage() {

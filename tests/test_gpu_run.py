@@ -274,3 +274,46 @@ def test_loop_costs_run_with_a_draft_of_another_vocabulary():
         torch.set_num_threads(threads)
     assert costs.draft_level_s >= 0 and set(costs.drafter_s) == {"ngram", "suffix", "recycle",
                                                                    "goose"}
+
+
+def test_the_cuda_stages_commands_parse_and_name_known_models(tmp_path):
+    """`--dry-run` of the cuda plan: every gpu_verify command parses (on this CPU, graph read as
+    eager) and names catalogue or zoo models and known drafters; every CLI command parses."""
+    import importlib.util
+    import shlex
+
+    import typer
+
+    from specscope.cli import app
+    from specscope.names import DRAFTERS
+
+    done = subprocess.run(["bash", str(RUNBOOK), "--device", "cuda", "--dry-run", "all",
+                           str(tmp_path / "out")], capture_output=True, text=True, check=True,
+                          timeout=60)
+    assert not (tmp_path / "out").exists()
+    spec = importlib.util.spec_from_file_location("gpu_verify_plan",
+                                                  ROOT / "benchmarks" / "gpu_verify.py")
+    gv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gv)
+    cli = typer.main.get_command(app)
+    stages = [line[2:].split()[0] for line in done.stdout.splitlines() if line.startswith("# ")]
+    assert stages == list(STAGES)
+    verify = clis = 0
+    for line in done.stdout.splitlines():
+        if line.startswith("#"):
+            continue
+        argv = shlex.split(line.split(" > ")[0])
+        if argv[1].endswith("gpu_verify.py"):
+            args = ["cpu" if a == "cuda" else a.replace("graph", "eager") for a in argv[2:]]
+            parsed, _ = gv.parse_args(args)
+            for model in parsed.models if not parsed.e2e_only else []:
+                gv.spec_of(model)
+            assert all(d in DRAFTERS and m in zoo_specs() for m, d in parsed.e2e)
+            verify += 1
+        elif argv[1:3] == ["-m", "specscope"] and len(argv) > 4:
+            name, *rest = argv[3:]
+            ctx = cli.make_context("specscope", [name], resilient_parsing=True)
+            command = cli.get_command(ctx, name)
+            command.make_context(name, rest, parent=ctx)  # unknown options or bad values raise
+            clis += 1
+    assert verify == 8 and clis == 4
