@@ -317,3 +317,28 @@ def test_the_cuda_stages_commands_parse_and_name_known_models(tmp_path):
             command.make_context(name, rest, parent=ctx)  # unknown options or bad values raise
             clis += 1
     assert verify == 8 and clis == 4
+
+
+def test_the_cli_runs_under_the_carried_typer(tmp_path):
+    """The typer the runbook carries (the image's own is shadowed by it) parses, helps and turns a
+    bad value into one line, exit 2."""
+    wheels = sorted(CARRY.glob("typer-*.whl"))
+    if not wheels:
+        pytest.skip("no carried typer wheel: make gpu-carry")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                    "--target", str(site), str(wheels[0])], check=True, timeout=120)
+    env = {**__import__("os").environ, "PYTHONPATH": f"{site}:{ROOT}"}
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "specscope", *argv], env=env,
+                              capture_output=True, text=True, check=False, timeout=120)
+
+    unknown = cli("--no-such-option")  # one line, exit 2
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+    bad = cli("cost", "--hw", "h100", "--model", "llama-3.1-8b", "--batch", "x")
+    assert bad.returncode == 2 and bad.stderr.startswith("specscope: error: ")
+    assert "--runtime [eager|graph|compile]" in cli("generate", "--help").stdout
+    shown = subprocess.run([sys.executable, "-c", "import typer; print(typer.__file__)"],
+                           env=env, capture_output=True, text=True, check=True, timeout=60)
+    assert shown.stdout.startswith(str(site))
