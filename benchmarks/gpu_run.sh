@@ -259,7 +259,7 @@ fi
 START=$SECONDS
 run_stage() {
   local stage=$1 limit=$LIMIT left
-  if [ "$BUDGET" -gt 0 ]; then
+  if [ "$BUDGET" -gt 0 ] && [ "$stage" != summary ]; then
     left=$((BUDGET - (SECONDS - START)))
     [ "$left" -lt "$limit" ] && limit=$left
   fi
@@ -271,7 +271,8 @@ run_stage() {
     log "\$ $cmd"
     local remaining=$((limit - (SECONDS - t0)))
     if [ "$remaining" -le 0 ]; then rc=124; break; fi
-    timeout --signal=TERM --kill-after=20 "$remaining" bash -c "$cmd" 2>&1 | tee -a "$LOG"
+    timeout --signal=TERM --kill-after=20 "$remaining" bash -c "$cmd" </dev/null 2>&1 \
+      | tee -a "$LOG"
     rc=${PIPESTATUS[0]}
     [ "$rc" = 0 ] || break
   done < <(stage_cmds "$stage")
