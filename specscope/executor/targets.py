@@ -332,15 +332,18 @@ class HybridModel:
 
 
 def wrap(model: Transformer | Mamba2 | Hybrid | HFCausalLM, name: str | None = None,
-         ssm_verify: str = "stree", runtime: Runtime | None = None) -> Model:
+         ssm_verify: str = "stree", runtime: Runtime | None = None,
+         max_len: int | None = None) -> Model:
     """The executor's view of a loaded model (already on `runtime`'s device and dtype):
-    `SSMModel` for `Mamba2`, `HybridModel` for `Hybrid`, else `CachedModel`."""
+    `SSMModel` for `Mamba2`, `HybridModel` for `Hybrid`, else `CachedModel` (whose KV cache holds
+    `max_len` tokens when given)."""
     if isinstance(model, Hybrid):
         return HybridModel(model, name or model.spec.name, runtime)
     if isinstance(model, Mamba2):
         return SSMModel(model, name or model.spec.name, ssm_verify, runtime)
     if isinstance(model, Transformer):
-        return CachedModel(model, name or model.spec.name, model.spec.vocab_size, runtime)
+        return CachedModel(model, name or model.spec.name, model.spec.vocab_size, runtime,
+                           max_len=max_len)
     config = model.model.config  # HFCausalLM
     return CachedModel(model, name or str(config.name_or_path), int(config.vocab_size), runtime)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specscope.executor.runtime import Runtime
-from specscope.executor.targets import CachedModel, HybridModel, Model, SSMModel, load_model
+from specscope.executor.targets import Model, load_model, wrap
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Hybrid, Mamba2, Transformer
 from specscope.names import HOST_DRAFTERS
@@ -61,11 +61,7 @@ def build(spec: ModelSpec, runtime: Runtime, max_len: int) -> Model:
     spec = dataclasses.replace(spec, max_seq_len=max(spec.max_seq_len, max_len))
     cls = {"transformer": Transformer, "ssm": Mamba2, "hybrid": Hybrid}[spec.arch]
     model = cls.random(spec, seed=0, dtype=runtime.dtype, device=runtime.device)
-    if spec.arch == "transformer":
-        return CachedModel(model, spec.name, spec.vocab_size, runtime, max_len=max_len)
-    if spec.arch == "ssm":
-        return SSMModel(model, spec.name, runtime=runtime)
-    return HybridModel(model, spec.name, runtime)
+    return wrap(model, spec.name, runtime=runtime, max_len=max_len)
 
 
 def warmups(runtime: Runtime) -> int:
