@@ -3,7 +3,7 @@ the target's verification-cost curve, and STree against naive SSM tree verificat
 
 Run: .venv/bin/python benchmarks/executor.py [--target tiny-code] [--runtime eager]
      [--drafters draft,ngram,...] [--methods sequoia,...] [--n 8] [--max-new 64]
-     [--budgets 8,16] [--threads 1] [--repeats 3] [--no-ssm-table]
+     [--budgets 8,16] [--threads N] [--repeats 3] [--no-ssm-table]
 
 Models: a zoo target (`tiny-code`, `tiny-ssm` or `tiny-hybrid`) with `tiny-code-draft` (the
 draft-model rows are skipped while its weights are missing), run under --runtime (eager, or
@@ -37,9 +37,10 @@ from specscope.executor.drafters import DRAFTERS, make_drafter
 from specscope.executor.generate import calibration, with_branches
 from specscope.executor.loop import GenerateResult, PhaseTimes, speculative_generate
 from specscope.executor.methods import resolve_method
-from specscope.executor.runtime import Runtime
+from specscope.executor.runtime import Runtime, use_threads
 from specscope.executor.session import Session, load_session
 from specscope.executor.targets import Model
+from specscope.models import get_model
 from specscope.models.torch import Mamba2
 from specscope.models.zoo import load_zoo_model, weights_path, zoo_specs
 from specscope.names import DEFAULT_DRAFT_MODEL
@@ -201,7 +202,8 @@ def main() -> None:
     parser.add_argument("--max-new", type=int, default=64, help="new tokens per prompt")
     parser.add_argument("--budgets", default="8,16",
                         help="tree sizes, root included, comma-separated")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: specscope's, use_threads)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of every row")
     parser.add_argument("--target", default="tiny-code", help="zoo target")
     parser.add_argument("--runtime", default="eager", help="eager or compile")
@@ -209,8 +211,9 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
     parser.add_argument("--no-ssm-table", action="store_true", help="skip STree vs naive")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    console.print(f"torch {torch.__version__}, {args.threads} thread(s)")
+    threads = use_threads(args.threads, get_model(args.target))
+    args.threads = threads.count  # the tables say it; every run uses it
+    console.print(f"torch {torch.__version__}, {threads.count} thread(s): {threads.reason}")
     runtime = Runtime.resolve("cpu", "float32", args.runtime)
     trained = weights_path(DEFAULT_DRAFT_MODEL).is_file()
     if not trained:

@@ -2,7 +2,7 @@
 budgets: the fair comparison issue 14 asks for.
 
 Run: .venv/bin/python benchmarks/methods.py [--n 4] [--max-new 48] [--budgets 8,16,32]
-     [--sets code-edit,docstring] [--drafters ...] [--threads 1] [-o FILE]
+     [--sets code-edit,docstring] [--drafters ...] [--threads N] [-o FILE]
 
 Target `tiny-code` with `tiny-code-draft` where a drafter needs a draft model (draft, rasd).
 Workloads: `builtin:code-edit` (agentic edits: the continuation copies the prompt) and
@@ -71,7 +71,7 @@ def plan(drafters: list[str], budgets: list[int]) -> list[Row]:
     return rows
 
 
-def run(row: Row, prompts: str, n: int, max_new: int, threads: int) -> GenerateResult:
+def run(row: Row, prompts: str, n: int, max_new: int, threads: int | None) -> GenerateResult:
     """`generate` for one row (greedy rows checked against autoregressive output)."""
     return generate(TARGET, row.drafter, prompts, n, max_new, algo=row.algo, budget=row.budget,
                     temperature=row.temperature, rule=row.rule, seed=0,
@@ -82,7 +82,7 @@ def table(name: str, results: list[tuple[Row, GenerateResult]]) -> Table:
     """The workload's table: one line per row, best speedup per (temperature, budget) marked."""
     out = Table(title=f"{name}: tiny-code, {results[0][1].requests} prompts × "
                       f"{results[0][1].new_tokens // results[0][1].requests} tokens, "
-                      f"{results[0][1].threads} thread(s)")
+                      f"{results[0][1].threads} thread(s): {results[0][1].threads_reason}")
     for col in ("drafter", "tree", "rule", "T", "n", "tokens/step", "speedup", "draft ms",
                 "verify ms", "tok/s", "AR tok/s", "lossless"):
         out.add_column(col, justify="left" if col in ("drafter", "tree", "rule") else "right")
@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--budgets", default="8,16,32")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--drafters", default=",".join(DRAFTERS))
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=None, help="default: specscope's choice")
     ap.add_argument("-o", "--output", type=Path, default=None, help="also write the tables here")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -125,7 +125,8 @@ def main() -> None:
     drafters = [d.strip() for d in args.drafters.split(",")]
     record = Console(width=160, record=True)
     record.print(f"# benchmarks/methods.py on {cpu_model()}, {os.cpu_count()} cores, torch "
-                 f"{torch.__version__}, {args.threads} thread(s), {datetime.date.today()}; "
+                 f"{torch.__version__}, {args.threads or 'default'} thread(s), "
+                 f"{datetime.date.today()}; "
                  f"--n {args.n} --max-new {args.max_new} --budgets {args.budgets}", highlight=False)
     start = time.perf_counter()
     for name in args.sets.split(","):

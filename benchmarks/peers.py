@@ -1,7 +1,7 @@
 """specscope against Hugging Face transformers' own speculative decoding, on the same models.
 
 Run: .venv/bin/python benchmarks/peers.py [--runtime compile] [--n 8] [--max-new 64]
-     [--threads 1] [--repeats 3] [-o benchmarks/results/peers-cpu.json]
+     [--threads N] [--repeats 3] [-o benchmarks/results/peers-cpu.json]
 
 The zoo's tiny-code and tiny-code-draft are exported as local Hugging Face Llama folders
 (`export_llama`; logits equal to specscope's within 1e-4) and decoded by transformers as a user
@@ -47,10 +47,11 @@ from specscope.executor.drafters import make_drafter
 from specscope.executor.generate import calibration
 from specscope.executor.loop import decode_autoregressive, decode_speculative
 from specscope.executor.methods import Method, resolve_method
-from specscope.executor.runtime import Runtime
+from specscope.executor.runtime import Runtime, use_threads
 from specscope.executor.session import Session, load_session
 from specscope.executor.targets import Model
 from specscope.executor.zoo_acceptance import stored_acceptance
+from specscope.models import get_model
 from specscope.models.torch.hf_export import export_llama
 
 TARGET, DRAFT = "tiny-code", "tiny-code-draft"
@@ -214,12 +215,14 @@ def main() -> None:
                         help="specscope's runtime on this CPU (compile time excluded)")
     parser.add_argument("--n", type=int, default=8, help="prompts per set")
     parser.add_argument("--max-new", type=int, default=64, help="new tokens per prompt")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: specscope's, use_threads)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="interleaved passes; each request keeps its fastest")
     parser.add_argument("-o", "--output", default="benchmarks/results/peers-cpu.json")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    threads = use_threads(args.threads, get_model(TARGET), get_model(DRAFT))
+    args.threads = threads.count  # both engines run on it; the tables say it
     transformers.utils.logging.disable_progress_bar()
     session = load_session(TARGET, DRAFT, Runtime.resolve("cpu", "float32", args.runtime))
     load_before = os.getloadavg()[0]
@@ -231,7 +234,7 @@ def main() -> None:
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
                platform.processor())
-    result = {"provenance": {"cpu": cpu, "threads": args.threads, "torch": torch.__version__,
+    result = {"provenance": {"cpu": cpu, **threads.to_dict(), "torch": torch.__version__,
                              "transformers": transformers.__version__,
                              "date": datetime.date.today().isoformat(),
                              "runtime": args.runtime, "n": args.n, "max_new": args.max_new,

@@ -2,7 +2,7 @@
 delayed tree expansion.
 
 Run: .venv/bin/python benchmarks/rules.py [--n 8] [--max-new 48] [--budgets 8,16,32]
-     [--temperatures 0.7,1.0] [--threads 1] [-o benchmarks/results/rules-cpu.txt]
+     [--temperatures 0.7,1.0] [--threads N] [-o benchmarks/results/rules-cpu.txt]
 
 Models: zoo `tiny-code` (target) and `tiny-code-draft`; prompts: the first --n of
 `builtin:code-edit`. Per temperature, a calibration pass on the next 4 prompts gives the draft's
@@ -46,8 +46,10 @@ from specscope.executor.generate import calibration
 from specscope.executor.loop import GenerateResult, speculative_generate
 from specscope.executor.methods import MAX_DEPTH, Method, rsd_s_method, static_method
 from specscope.executor.rsd import matching_beam
+from specscope.executor.runtime import use_threads
 from specscope.executor.session import load_session
 from specscope.executor.verify import DRAFT_SAMPLING
+from specscope.models import get_model
 from specscope.names import DEFAULT_DRAFT_MODEL
 from specscope.optimizers.baselines import best_kary_tree
 from specscope.optimizers.delayed import delayed_shape, delayed_tree
@@ -84,11 +86,12 @@ def main() -> None:
     parser.add_argument("--max-new", type=int, default=48)
     parser.add_argument("--budgets", default="8,16,32")
     parser.add_argument("--temperatures", default="0.7,1.0")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-o", "--output", default="benchmarks/results/rules-cpu.txt")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    threads = use_threads(args.threads, get_model("tiny-code"))
+    args.threads = threads.count  # the tables and the header say it; every run uses it
     console = Console(width=150, record=True)
     load_before = os.getloadavg()[0]
     session = load_session("tiny-code", DEFAULT_DRAFT_MODEL)
@@ -129,7 +132,8 @@ def main() -> None:
         console.print(table)
     header = (f"# benchmarks/rules.py on this CPU: {platform.processor() or platform.machine()}, "
               f"{os.cpu_count()} cores shared (1-min load {load_before:.1f} → "
-              f"{os.getloadavg()[0]:.1f}), torch {torch.__version__}, {args.threads} thread, "
+              f"{os.getloadavg()[0]:.1f}), torch {torch.__version__}, {args.threads} thread "
+              f"({threads.reason}), "
               f"{datetime.date.today()}\n# command: .venv/bin/python benchmarks/rules.py   "
               f"(--n {args.n} --max-new {args.max_new} --budgets {args.budgets} "
               f"--temperatures {args.temperatures})\n")

@@ -209,7 +209,7 @@ def _decode(out: Path, best: Score, seed: int, console: Console) -> None:
     drafter = "goose" if best.algo == "goose" else "ngram"
     with console.status(f"5. decoding with {best.algo}'s tree (n = {best.tree.size})"):
         run = generate("tiny-code", drafter, REAL_PROMPTS, n=8, max_new=48, tree=tree_path,
-                       seed=seed, verify_lossless=True, threads=1)
+                       seed=seed, verify_lossless=True)
     console.print(f"[bold]5. Real speculative decoding[/] on {REAL_PROMPTS} with this machine's "
                   f"predicted best tree ({best.algo}, {tree_path}), checked lossless")
     console.print(generate_table(run.to_dict()))

@@ -41,7 +41,7 @@ COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], .
      ("specscope trace synth --requests 64 --seed 1 -o out/synthetic.parquet",)),
     (app, "generate", measure.generate,
      ("specscope generate --model tiny-code --drafter ngram --algo sequoia \\",
-      "    --budget 8 --prompts builtin:code-edit --device cpu --threads 1 \\",
+      "    --budget 8 --prompts builtin:code-edit --device cpu \\",
       "    --verify-lossless")),
     (app, "adapt", adapt.adapt,
      ("specscope adapt --model tiny-code --draft-model tiny-code-draft \\",

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from specscope.atomic import write_text_atomic
-from specscope.cli.common import AsJson, Choices, Seed, _emit, _progress, console
+from specscope.cli.common import AsJson, Choices, CpuThreads, Seed, _emit, _progress, console
 from specscope.errors import InputError
 from specscope.names import DEFAULT_DRAFT_MODEL
 
@@ -43,7 +43,7 @@ def adapt(
                                                   "temperature 0, else deterministic)."),
                     Choices("specscope.names:RULES")] = None,
     seed: Seed = 0,
-    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
+    threads: CpuThreads = None,
     stands_for: Annotated[int, typer.Option(help="Simulated requests one served request "
                                                  "stands for in the drift schedule (divides "
                                                  "1000).")] = DEFAULT_STANDS_FOR,

@@ -60,6 +60,9 @@ StepRuntime = Annotated[str | None, typer.Option(
                       "cuda, eager on cpu)."),
     Choices("specscope.names:RUNTIMES")]
 Seed = Annotated[int, typer.Option(help="Random seed.")]
+CpuThreads = Annotated[int | None, typer.Option(
+    "--threads", help="torch CPU threads (default: 1 on cuda and for models under 100M "
+                       "parameters, else the fastest on a short probe; recorded with why).")]
 SystemName = Annotated[str | None, typer.Option(
     "--system", help="A seed system whose cost models serve (head, hierspec, longspec, ...)."),
     Choices("specscope.systems.registry:SYSTEM_NAMES")]

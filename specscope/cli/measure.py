@@ -11,6 +11,7 @@ import typer
 from specscope.cli.common import (
     AsJson,
     Choices,
+    CpuThreads,
     Device,
     Dtype,
     Hw,
@@ -44,8 +45,7 @@ def profile_hw(
         Choices("specscope.names:RUNTIMES", many=True)] = None,
     quick: Annotated[bool, typer.Option(help="A small grid (about 2.5 min on 2 cores).")] = (
         False),
-    threads: Annotated[int, typer.Option(help="torch CPU threads (the executor benchmarks and "
-                                              "the demo run 1).")] = 1,
+    threads: CpuThreads = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Profile TOML to write "
                                                 "(default: the user profile directory).")] = None,
 ) -> None:
@@ -54,7 +54,8 @@ def profile_hw(
     from specscope.profiling.calibrate import profile_hw as run_profile_hw
 
     runtimes = [r.strip() for item in runtime or [] for r in item.split(",") if r.strip()]
-    command = (f"specscope profile-hw --name {name} --device {device} --threads {threads}"
+    command = (f"specscope profile-hw --name {name} --device {device}"
+               + (f" --threads {threads}" if threads is not None else "")
                + "".join(f" --runtime {r}" for r in runtimes) + (" --quick" if quick else ""))
     with _progress("profiling") as bar:
         task = bar.add_task("profiling", total=None)
@@ -114,7 +115,7 @@ def generate(
                                                   "temperature 0, else deterministic)."),
                     Choices("specscope.names:RULES")] = None,
     seed: Seed = 0,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
+    threads: CpuThreads = None,
     verify_lossless: Annotated[bool, typer.Option(help="Check against greedy decoding.")] = (
         False),
     device: Device = "auto",
@@ -156,7 +157,8 @@ def validate(
         False),
     seed: Annotated[int, typer.Option(help="Random seed (prompt split, sampling).")] = 0,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: those the "
-                                                     "profile was measured with).")] = None,
+                                                     "profile was measured with, else as "
+                                                     "generate's).")] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", metavar="DIR",
                                                 help="Folder for the per-configuration table "
@@ -208,6 +210,7 @@ def collect(
     max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 128,
     temperature: Temperature = 0.0,
     seed: Seed = 0,
+    threads: CpuThreads = None,
     device: Device = "auto",
     dtype: Dtype = "float32",
     runtime: StepRuntime = None,
@@ -224,10 +227,11 @@ def collect(
             model, drafters, prompts, n, max_new, output=output, temperature=temperature,
             seed=seed, draft_model=draft_model, layer_skip=layer_skip,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
-            runtime=chosen,
+            runtime=chosen, threads=threads,
         )
     requests = trace.df.get_column("request_id").n_unique()
-    console.print(f"wrote {trace.df.height} rows ({requests} requests) to {output}")
+    console.print(f"wrote {trace.df.height} rows ({requests} requests) to {output} "
+                  f"({trace.metadata['threads']} thread(s): {trace.metadata['threads_reason']})")
 
 
 def zoo_train(
@@ -239,8 +243,9 @@ def zoo_train(
     steps: Annotated[int | None, typer.Option(help="Steps per model (default: those of the "
                                                    "shipped weights).")] = None,
     seed: Seed = 0,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's, "
-                                                     "one per core).")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: the fastest "
+                                                     "on a short probe of a training-sized "
+                                                     "step).")] = None,
     out: Annotated[Path | None, typer.Option(metavar="DIR", help="Zoo folder to write "
                                                                 "(default: the package's).")
                    ] = None,
@@ -248,15 +253,20 @@ def zoo_train(
     """Retrain the zoo models on the Python standard library (about 80 minutes on two cores)."""
     import torch
 
+    from specscope.executor.runtime import choose_threads, probe_threads
     from specscope.executor.zoo_acceptance import store_acceptance
-    from specscope.models.zoo import ORDER, ZOO_DIR
-    from specscope.models.zoo.train import train
+    from specscope.models.zoo import ORDER, ZOO_DIR, zoo_specs
+    from specscope.models.zoo.train import HYPER, train
 
     if model != "all" and model not in ORDER:
         raise InputError(f"--model: unknown zoo model {model!r}; one of {', '.join(ORDER)}, all")
-    if threads is not None:
-        torch.set_num_threads(threads)
     names = list(ORDER) if model == "all" else [model]
+    # training steps are batched (rows = batch × sequence), so they are probed at that size
+    picked = choose_threads(threads) if threads is not None else probe_threads(
+        max(zoo_specs(out or ZOO_DIR)[n].d_model for n in names),
+        rows=max(HYPER[n].batch * HYPER[n].seq_len for n in names))
+    torch.set_num_threads(picked.count)
+    console.print(f"{picked.count} thread(s): {picked.reason}")
     for name, r in train(names, out or ZOO_DIR, minutes, seed, steps).items():
         console.print(f"{name}: {r['params']:,} parameters, {r['tokens_seen']:,} tokens, "
                       f"{r['wall_time_s']} s, held-out {r['heldout_bits_per_byte']} bits/byte")

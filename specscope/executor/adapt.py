@@ -34,6 +34,7 @@ from specscope.errors import InputError
 from specscope.executor.distil import AdaptConfig, Distiller, ServingDrafter
 from specscope.executor.loop import check_rule, decode_autoregressive, decode_speculative
 from specscope.executor.methods import Method, static_method
+from specscope.executor.runtime import Threads, use_threads
 from specscope.executor.session import load_session
 from specscope.executor.targets import CachedModel, Model
 from specscope.executor.verify import DRAFT_SAMPLING
@@ -165,6 +166,8 @@ class AdaptResult:
     relative_to: str
     adapted: list[RequestRecord] = field(default_factory=list)
     control: list[RequestRecord] = field(default_factory=list)
+    threads_reason: str = ""
+    """Why `threads` (`Threads.reason`)."""
 
     @property
     def blocks(self) -> list[Block]:
@@ -204,7 +207,7 @@ class AdaptResult:
             "target": self.target, "draft": self.draft, "prompts": self.prompts,
             "repeat": self.repeat, "requests": len(self.adapted), "max_new": self.max_new,
             "rule": self.rule, "temperature": self.temperature, "seed": self.seed,
-            "threads": self.threads,
+            "threads": self.threads, "threads_reason": self.threads_reason,
             **{k: getattr(self.config, k) for k in ("every", "steps", "lr", "loss",
                                                     "positions", "depth")},
             "acceptance_meaning": "per-node: P(drafted child accepted | parent accepted)",
@@ -231,13 +234,14 @@ def run_adapt(
     seed: int = 0,
     block: int = 4,
     relative_to: str = "control",
-    threads: int | None = None,
+    threads: int | Threads | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> AdaptResult:
     """`specscope adapt`: the first `n` prompts of `prompts`, served `repeat` times over in
     order (n · repeat requests), by `model` with `draft_model` adapting online (OSD), and the
     same stream never adapted (the control); at temperature 0 every output is checked against
-    autoregressive greedy decoding. Eager float32 on the CPU.
+    autoregressive greedy decoding. Eager float32 on the CPU, on `use_threads`'s threads
+    (`threads` when given).
 
     `rule` defaults to greedy at temperature 0 and deterministic-candidate sampling above.
     `progress(done, total)` counts the requests of both streams.
@@ -253,10 +257,9 @@ def run_adapt(
     if relative_to not in DRIFT_RELATIVE_TO:
         raise InputError(f"--relative-to must be one of {', '.join(DRIFT_RELATIVE_TO)}, got "
                          f"{relative_to!r}")
-    threads = threads or torch.get_num_threads()
-    torch.set_num_threads(threads)
     session = load_session(model, draft_model)
     target, draft = session.target, session.draft
+    chosen = use_threads(threads, target, draft)
     check_draft(draft)
     tokens = session.prompts(prompts, n)
     if len(tokens) < n:
@@ -275,7 +278,8 @@ def run_adapt(
         for k, adapt in enumerate((True, False))
     ]
     return AdaptResult(target.name, draft.name, prompts, repeat, config, rule, temperature,
-                       seed, threads, max_new, block, relative_to, *streams)
+                       seed, chosen.count, max_new, block, relative_to, *streams,
+                       threads_reason=chosen.reason)
 
 
 def _request(record: RequestRecord) -> dict:

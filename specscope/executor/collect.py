@@ -37,7 +37,7 @@ from specscope.executor.drafters import (
     parse_layer_skip,
     propose_chain,
 )
-from specscope.executor.runtime import Runtime
+from specscope.executor.runtime import Runtime, Threads, use_threads
 from specscope.executor.session import draft_model_for, load_session
 from specscope.executor.targets import Model
 from specscope.executor.verify import next_token, probabilities
@@ -210,11 +210,13 @@ def collect(
     progress: Callable[[int, int], None] | None = None,
     runtime: Runtime | None = None,
     layer_skip: str = "swift",
+    threads: int | Threads | None = None,
 ) -> Trace:
     """`specscope collect`: trace `model` (zoo name or Hugging Face folder) and the named
     drafters on the first `n` prompts of `prompts` (builtin:NAME or a .jsonl file); written to
     `output` when given. The draft model defaults to the zoo's drafter. Both models run on
-    `runtime` (default: eager float32 on the CPU), which the trace's metadata records.
+    `runtime` (default: eager float32 on the CPU) with `use_threads`'s threads (`threads` when
+    given), which the trace's metadata records.
     `layer_skip` is the layerskip drafter's mode (`parse_layer_skip`)."""
     names = [d.strip() for d in drafters.split(",")] if isinstance(drafters, str) else drafters
     unknown = [d for d in names if d not in COLLECT_DRAFTERS]
@@ -226,10 +228,12 @@ def collect(
     session = load_session(model, draft_model_for(names, draft_model), runtime)
     target, draft, runtime = session.target, session.draft, session.runtime
     tokens = session.prompts(prompts, n)
+    chosen = use_threads(threads, target, draft)
     options = parse_layer_skip(layer_skip, seed) if LAYERSKIP in names else None
     built = [make_drafter(n, target.vocab_size, draft, temperature=temperature, target=target,
                           layer_skip=options) for n in names]
-    meta = {"prompt_set": prompts, "requests": len(tokens), **runtime.describe()}
+    meta = {"prompt_set": prompts, "requests": len(tokens), **runtime.describe(),
+            **chosen.to_dict()}
     trace = collect_tokens(target, built, tokens, max_new, temperature, seed, K, meta, progress)
     if output is not None:
         write_trace(trace, output)

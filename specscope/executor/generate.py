@@ -27,7 +27,7 @@ from specscope.executor.methods import (
     resolve_method,
     static_method,
 )
-from specscope.executor.runtime import Runtime
+from specscope.executor.runtime import Runtime, use_threads
 from specscope.executor.session import draft_model_for, load_session
 from specscope.executor.targets import Model
 from specscope.executor.verify import DRAFT_SAMPLING
@@ -69,19 +69,19 @@ def generate(
     `rule` defaults to greedy at temperature 0 and deterministic-candidate sampling above;
     "specinfer" and "traversal" draw the draft model's children with replacement, "sequoia"
     (alias "rsd") without (static trees, or `algo` "rsd-s", which draws its own).
-    Target and draft model run on `runtime` (default: eager float32 on the CPU).
+    Target and draft model run on `runtime` (default: eager float32 on the CPU), with torch's
+    threads from `use_threads` (`threads` when given).
     `layer_skip` is the layerskip drafter's mode (`parse_layer_skip`: swift, del or a fixed set).
     """
     if (tree is None) == (algo is None):
         raise InputError("give exactly one of --tree and --algo")
     if n < 1:
         raise InputError(f"--n must be ≥ 1, got {n}")
-    threads = threads or torch.get_num_threads()
-    torch.set_num_threads(threads)
     rule = rule or ("greedy" if temperature == 0 else "deterministic")
     session = load_session(model, draft_model_for([drafter], draft_model), runtime, ssm_verify)
     target, draft = session.target, session.draft
     tokens = session.prompts(prompts)
+    chosen_threads = use_threads(threads, target, draft)  # before calibration runs the models
     sample = DRAFT_SAMPLING.get(rule)
     generator = torch.Generator().manual_seed(seed)
     options = parse_layer_skip(layer_skip, seed) if drafter == LAYERSKIP else None
@@ -99,7 +99,7 @@ def generate(
         stored = stored_acceptance(model, chosen.source) if temperature == 0 else None
         method = resolve_method(algo, budget, chosen, calibrate, stored)
     return speculative_generate(target, chosen, method, tokens[:n], max_new, rule, temperature,
-                                seed, verify_lossless, threads, progress)
+                                seed, verify_lossless, chosen_threads, progress)
 
 
 def with_branches(drafter: Drafter, vocab_size: int) -> GooseDrafter:

@@ -12,7 +12,8 @@ The loop reads like gpt-fast's generate.py, one plain function per phase:
   in the same process (`generate.py` builds the same from names, `specscope generate`).
 
 Times are seconds of `Runtime.clock` (the device synchronised, then `time.perf_counter`), with
-`torch.set_num_threads` set explicitly and recorded; compile and capture time is kept apart.
+torch's threads set by `use_threads` and recorded with why; compile and capture time is kept
+apart.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from specscope.executor.drafters import (
     Drafter,
 )
 from specscope.executor.methods import Method
+from specscope.executor.runtime import Threads, use_threads
 from specscope.executor.targets import Model
 from specscope.executor.verify import (
     DRAFT_SAMPLING,
@@ -206,6 +208,8 @@ class GenerateResult:
     setup_s: float = 0.0
     lossless: bool | None = None
     mismatches: int | None = None
+    threads_reason: str = ""
+    """Why `threads` (`Threads.reason`: --threads, the small-model default, a probe)."""
 
     @property
     def requests(self) -> int:
@@ -282,6 +286,7 @@ class GenerateResult:
             "rule": self.rule,
             "temperature": self.temperature,
             "threads": self.threads,
+            "threads_reason": self.threads_reason,
             **self.runtime,
             "setup_s": self.setup_s,
             "requests": self.requests,
@@ -312,10 +317,12 @@ def speculative_generate(
     temperature: float = 0.0,
     seed: int = 0,
     verify_lossless: bool = False,
-    threads: int | None = None,
+    threads: int | Threads | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> GenerateResult:
     """Decode every prompt autoregressively and speculatively, timing both.
+
+    `threads`: torch's intra-op threads (default: `use_threads`'s choice for these models).
 
     `rule` is one of `RULES`; greedy needs temperature 0, the others temperature > 0.
     `progress(done, total)` is called after each prompt.
@@ -327,8 +334,7 @@ def speculative_generate(
         raise InputError("give at least one prompt and --max-new ≥ 1")
     if any(len(p) < 2 for p in prompts):
         raise InputError("every prompt must hold at least 2 tokens")
-    threads = threads or torch.get_num_threads()
-    torch.set_num_threads(threads)
+    chosen = use_threads(threads, target, *drafter.models)
     models = [target, *drafter.models]
     for model in models:
         model.prepare(method.max_size)
@@ -355,7 +361,7 @@ def speculative_generate(
         tree_origin=method.origin,
         rule=rule,
         temperature=temperature,
-        threads=threads,
+        threads=chosen.count,
         runs=runs,
         reference=reference,
         phases=times,
@@ -363,6 +369,7 @@ def speculative_generate(
         setup_s=sum(model.setup_s for model in models),
         lossless=None if mismatches is None else mismatches == 0,
         mismatches=mismatches,
+        threads_reason=chosen.reason,
     )
 
 

@@ -16,7 +16,8 @@ under each requested `Runtime`, padded buckets compiled or captured on their war
   (`step_us`), where the executor's loop imports (it needs polars; the GPU image may lack it,
   and then these are left out and said so).
 
-Warm-up per shape, `torch.set_num_threads` explicit and recorded, median of repeats. Each
+Warm-up per shape, torch's threads from `use_threads` (`--threads` when given) and recorded
+with why, median of repeats. Each
 runtime's terms (`[runtime.X]`, see `runtime.py`) are then fitted with scipy least squares on
 log(predicted / measured) through `CostModel` itself, every 4th point held out to report the fit's
 error on points it did not see, and a profile TOML is written atomically with the measured tables,
@@ -39,7 +40,7 @@ import torch
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
-from specscope.executor.runtime import Runtime
+from specscope.executor.runtime import Runtime, use_threads
 from specscope.hw_profiles.cost import CostModel
 from specscope.hw_profiles.profile import (
     DATA_DIR,
@@ -231,6 +232,8 @@ class Measurements:
     """The decode loop's host costs (`measure_loop`), where it could run."""
     notes: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
+    threads_reason: str = ""
+    """Why `threads` (`Threads.reason`)."""
 
 
 @dataclass(frozen=True)
@@ -243,7 +246,7 @@ class ProfileResult:
     wall_s: float
 
 
-def check_request(name: str, device: str, runtimes: Sequence[str], threads: int
+def check_request(name: str, device: str, runtimes: Sequence[str], threads: int | None
                   ) -> tuple[Runtime, list[Runtime]]:
     """Check `--name`, `--device`, `--runtime` and `--threads` together (one-line `InputError`s);
     the base runtime (device and dtype: bfloat16 on a GPU, float32 on a CPU) and one per
@@ -251,7 +254,7 @@ def check_request(name: str, device: str, runtimes: Sequence[str], threads: int
     check_name(name)
     if device not in PROFILE_DEVICES:
         raise InputError(f"--device must be cpu or cuda, got {device!r}")
-    if threads < 1:
+    if threads is not None and threads < 1:
         raise InputError(f"--threads must be at least 1, got {threads}")
     base = Runtime.resolve(device, "bfloat16" if device == "cuda" else "float32")
     kinds = set(runtimes) or ({"eager", "graph", "compile"} if device == "cuda"
@@ -406,7 +409,8 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
                   f"fit_median_rel_err = {fit.fit_median_rel_err:.4f}",
                   f"fitted = [{', '.join(json.dumps(f) for f in fit.fitted)}]", ""]
     lines += ["[provenance]", f"device = {json.dumps(p['device'])}", f"cores = {os.cpu_count()}",
-              f"threads = {m.threads}", f"torch = {json.dumps(p['torch'])}",
+              f"threads = {m.threads}", f"threads_reason = {json.dumps(m.threads_reason)}",
+              f"torch = {json.dumps(p['torch'])}",
               f"driver = {json.dumps(p['driver'])}", f"date = {json.dumps(date)}",
               f"command = {json.dumps(command)}", f"wall_s = {wall_s:.1f}", ""]
     for (model, runtime, context), rows in _groups(m.points, ("model", "runtime",
@@ -428,11 +432,13 @@ def _groups(points: Sequence[Point], keys: tuple[str, ...]) -> dict[tuple, list[
 
 
 def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
-               quick: bool = False, threads: int = 1, output: Path | None = None,
+               quick: bool = False, threads: int | None = None, output: Path | None = None,
                progress: Progress | None = None, grid: Grid | None = None,
                command: str = "specscope profile-hw") -> ProfileResult:
     """Measure this machine, fit each runtime and write the profile (default: the user profile
-    directory, `<name>.toml`); `grid` replaces the device's default grid (tests)."""
+    directory, `<name>.toml`); `grid` replaces the device's default grid (tests). torch's
+    threads: `threads`, else `use_threads`'s for the grid's largest model (1 on cuda and for the
+    CPU grid's models, which the executor runs on 1 too)."""
     start = time.perf_counter()
     if not runtimes and device == "cuda" and quick:
         runtimes = QUICK_CUDA_RUNTIMES
@@ -440,15 +446,15 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
     path = Path(output) if output is not None else user_profile_dir() / f"{name}.toml"
     grid = grid or GRIDS[(device, quick)]
     specs = {model: get_model(model) for model in (*grid.models, grid.draft_model)}
-    torch.set_num_threads(threads)
+    picked = use_threads(threads, *specs.values(), device=base.device)
     steps = _jobs(grid, chosen, specs)
     phases = ["peak FLOP/s and copy rate", *[what for what, _ in steps],
               "drafters and bookkeeping", *[f"fitting {r.kind}" for r in chosen]]
     report = progress or (lambda done, total, what: None)
     total = len(phases)
     report(0, total, phases[0])
-    m = Measurements(device, threads, matmul_rate(base), copy_rate(base), memory_gb(base),
-                     provenance=provenance(base))
+    m = Measurements(device, picked.count, matmul_rate(base), copy_rate(base), memory_gb(base),
+                     provenance=provenance(base), threads_reason=picked.reason)
     for i, (what, job) in enumerate(steps, start=1):
         report(i, total, what)
         m.points += job()

@@ -45,7 +45,7 @@ from specscope.executor.methods import (
     resolve_method,
     static_method,
 )
-from specscope.executor.runtime import Runtime
+from specscope.executor.runtime import Runtime, Threads, use_threads
 from specscope.executor.session import Session, load_session
 from specscope.executor.targets import Model
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
@@ -107,7 +107,7 @@ class ValidateRequest:
     draft_model: str = DEFAULT_DRAFT_MODEL
     seed: int = 0
     threads: int | None = None
-    """torch CPU threads; default: those the profile was measured with (else torch's)."""
+    """torch CPU threads; default: those the profile was measured with (else `use_threads`'s)."""
     configs: tuple[Config, ...] | None = None
     sizes: Sizes | None = None
 
@@ -127,9 +127,11 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
     runtime = Runtime.resolve(req.device, "float32", req.runtime)
     if req.threads is not None and req.threads < 1:
         raise InputError(f"--threads must be at least 1, got {req.threads}")
-    threads = req.threads or (profile.threads if runtime.device.type == "cpu" else None)
-    if threads:  # the run must use the threads the profile's step times were measured with
-        torch.set_num_threads(threads)
+    threads: int | Threads | None = req.threads
+    if threads is None and runtime.device.type == "cpu" and profile.threads:
+        # the run must use the threads the profile's step times were measured with
+        threads = Threads(profile.threads, f"profile: {profile.name}'s steps were measured "
+                                           f"with {profile.threads}")
     costs = {name: CostModel(profile, get_model(name), runtime=runtime.kind)
              for name in (req.model, req.draft_model)}
     configs = list(req.configs or config_grid(req.quick))
@@ -140,6 +142,7 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
     sizes = req.sizes or (QUICK_SIZES if req.quick else FULL_SIZES)
     session = load_session(req.model, req.draft_model, runtime)
     target, draft = session.target, session.draft
+    chosen_threads = use_threads(threads, target, draft)
     longest = max(c.budget for c in configs)
     calibration, held_out = split_prompts(req.prompts, session, sizes.per_half,
                                           get_model(req.model).max_seq_len - sizes.max_new
@@ -192,7 +195,8 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
     ]
     return Validation(
         hardware=profile.name, model=req.model, draft_model=req.draft_model,
-        runtime=runtime.describe(), threads=torch.get_num_threads(), prompts=req.prompts,
+        runtime=runtime.describe(), threads=chosen_threads.count,
+        threads_reason=chosen_threads.reason, prompts=req.prompts,
         calibration_prompts=len(calibration), held_out_prompts=len(held_out),
         max_new=sizes.max_new, passes=sizes.passes, outcomes=outcomes,
         setup_s=sum(m.setup_s for m in (target, draft)), wall_s=time.perf_counter() - start,

@@ -192,6 +192,8 @@ class Validation:
     machine_drift: float | None = None
     """This machine's step time now over the profile's for the same shapes (None: not known)."""
     notes: list[str] = field(default_factory=lambda: [BATCH_NOTE])
+    threads_reason: str = ""
+    """Why `threads` (`Threads.reason`: --threads, the profile's, the small-model default)."""
 
     def records(self) -> list[dict[str, Any]]:
         """One flat row per configuration."""
@@ -223,7 +225,8 @@ class Validation:
         replayed = [r for r in rows if r["replay_rel_err"] is not None]
         doc: dict[str, Any] = {
             "hardware": self.hardware, "model": self.model, "draft_model": self.draft_model,
-            **self.runtime, "threads": self.threads, "prompts": self.prompts,
+            **self.runtime, "threads": self.threads, "threads_reason": self.threads_reason,
+            "prompts": self.prompts,
             "calibration_prompts": self.calibration_prompts,
             "held_out_prompts": self.held_out_prompts, "max_new": self.max_new,
             "passes": self.passes, "setup_s": self.setup_s, "wall_s": self.wall_s,
