@@ -102,7 +102,7 @@ BUILDERS: dict[str, Callable[[DraftRequest], Drafter]] = {
     LAYERSKIP: _layerskip,
 }
 """Every drafter by its `--drafter` name (`names.DRAFTERS`, in that order)."""
-SAMPLED_DRAFTERS = ("draft", LAYERSKIP, STAND)
+SAMPLED_DRAFTERS = (LAYERSKIP, "draft", STAND)
 """Drafters that can draw children from their distribution (`sample`) instead of a top-k."""
 
 
@@ -122,7 +122,8 @@ def make_drafter(
     if name not in BUILDERS:
         raise InputError(f"--drafter: unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
     if sample is not None and name not in SAMPLED_DRAFTERS:
-        raise InputError(f"sampled drafts need --drafter {', '.join(SAMPLED_DRAFTERS)}, "
+        *others, last = SAMPLED_DRAFTERS
+        raise InputError(f"sampled drafts need --drafter {', '.join(others)} or {last}, "
                          f"not {name!r}")
     return BUILDERS[name](DraftRequest(vocab_size, draft_model, sample, temperature, generator,
                                        target, layer_skip))
