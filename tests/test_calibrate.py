@@ -16,14 +16,9 @@ from specscope.cli import main
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.profile import DATA_DIR, PROFILE_DIR_ENV, with_runtime
 from specscope.models import get_model
-from specscope.profiling.calibrate import (
-    Grid,
-    Point,
-    fit_runtime,
-    predict,
-    profile_hw,
-    split_held_out,
-)
+from specscope.profiling.calibrate import Grid, profile_hw
+from specscope.profiling.measure import Point
+from specscope.profiling.runtime_fit import fit_runtime, predict, split_held_out
 
 TINY = Grid(models=("tiny-code-draft", "tiny-code"), ns=(1, 2, 4), contexts=(16, 48),
             static_ns=(1,), static_contexts=(16,), prefill=(8, 24), draft_model="tiny-code-draft",

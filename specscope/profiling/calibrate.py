@@ -17,11 +17,11 @@ under each requested `Runtime`, padded buckets compiled or captured on their war
   and then these are left out and said so).
 
 Warm-up per shape, torch's threads from `use_threads` (`--threads` when given) and recorded
-with why, median of repeats. Each
-runtime's terms (`[runtime.X]`, see `runtime.py`) are then fitted with scipy least squares on
-log(predicted / measured) through `CostModel` itself, every 4th point held out to report the fit's
-error on points it did not see, and a profile TOML is written atomically with the measured tables,
-the fit, its held-out error and the machine's provenance.
+with why, median of repeats. Each runtime's terms (`[runtime.X]`, see `runtime.py`) are then
+fitted (`runtime_fit.py`: scipy least squares on log(predicted / measured) through `CostModel`
+itself, every 4th point held out to report the fit's error on points it did not see), and a
+profile TOML is written atomically with the measured tables, the fit, its held-out error and the
+machine's provenance.
 """
 
 from __future__ import annotations
@@ -33,15 +33,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 import torch
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
 from specscope.executor.runtime import Runtime, use_threads
-from specscope.hw_profiles.cost import CostModel
 from specscope.hw_profiles.profile import (
     DATA_DIR,
     HardwareProfile,
@@ -50,11 +48,10 @@ from specscope.hw_profiles.profile import (
     user_profile_dir,
     with_runtime,
 )
-from specscope.hw_profiles.runtime import FIELDS, runtime_toml
+from specscope.hw_profiles.runtime import runtime_toml
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
 from specscope.names import PROFILE_DEVICES, RUNTIMES
-from specscope.profiling.fit import least_squares_fit
 from specscope.profiling.measure import (
     SAMPLED_TEMPERATURE,
     LoopCosts,
@@ -68,9 +65,7 @@ from specscope.profiling.measure import (
     provenance,
     release,
 )
-
-if TYPE_CHECKING:  # the drafters import polars, which the GPU image may lack
-    pass
+from specscope.profiling.runtime_fit import HOLD_OUT_EVERY, PREFILL_FIELDS, Fit, fit_runtime, groups
 
 Progress = Callable[[int, int, str], None]
 """progress(done, total, what is being measured now)."""
@@ -117,102 +112,10 @@ GRIDS = {
 QUICK_CUDA_RUNTIMES = ("eager", "graph")
 """What --quick on cuda fits when no --runtime is given: compiling its grid's buckets took 12-15
 minutes on an H100, so compile is measured only when asked for."""
-HOLD_OUT_EVERY = 4
-"""Every 4th measured point is kept out of the fit (see `split_held_out`)."""
-PRIOR_WEIGHT = 0.02
-"""Weight of each fitted field's log-distance from its prior in the fit's residuals: it keeps a
-term the measurements do not determine (attention at short context) at its prior."""
 PRIORS = {"cpu": "cpu-2core", "cuda": "h100"}
 """Shipped profile whose runtime sections start the fit on each device kind."""
 EXECUTOR_DEFAULT = {"cpu": "eager", "cuda": "graph"}
 """The runtime the executor runs when none is asked for: the written profile's default."""
-
-
-# ---- the fit -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Fit:
-    """One runtime's fitted fields (TOML units) and its relative error on held-out points."""
-
-    runtime: str
-    values: dict[str, float]
-    fitted: tuple[str, ...]
-    points: int
-    held_out: int
-    heldout_median_rel_err: float
-    heldout_max_rel_err: float
-    fit_median_rel_err: float
-
-
-PREFILL_FIELDS = tuple(f for f in FIELDS if f.startswith("prefill_"))
-"""Runtime fields that only prompts (context 0) determine."""
-
-
-def fit_fields(kind: str, prefill: bool) -> tuple[str, ...]:
-    """The runtime fields a fit varies: all but the dense-mask attention the executor does not
-    run (set from the split one), the prompt fields unless prompts were measured, and on a CPU
-    the device-side fixed times (`step_us`, `layer_us`: the same thread issues and computes, so
-    they fold into the host terms and stay 0) and `gemm_half_tokens` (kept at its prior, 1: a
-    CPU's vector units are full from one token, and small tiny-model timings would otherwise
-    fit a GEMV that is compute-bound, which extrapolates wrongly to large models)."""
-    skip = {"attn_dense_memory_eff", *([] if prefill else PREFILL_FIELDS)}
-    if kind == "cpu":
-        skip |= {"step_us", "layer_us", "gemm_half_tokens"}
-    return tuple(f for f in FIELDS if f not in skip)
-
-
-def predict(hw: HardwareProfile, runtime: str, points: Sequence[Point],
-            specs: dict[str, ModelSpec]) -> np.ndarray:
-    """Seconds `CostModel` predicts for each point under `runtime` (one call per model)."""
-    out = np.empty(len(points))
-    for name in {p.model for p in points}:
-        idx = [i for i, p in enumerate(points) if p.model == name]
-        cm = CostModel(hw, specs[name], runtime=runtime)
-        n = np.array([points[i].new_tokens for i in idx], dtype=float)
-        ctx = np.array([points[i].context for i in idx], dtype=float)
-        out[idx] = cm.forward_time(1, n, ctx)
-    return out
-
-
-def split_held_out(points: Sequence[Point]) -> tuple[list[Point], list[Point]]:
-    """(fitted, held out): in each (model, context) table, n increasing, every
-    `HOLD_OUT_EVERY`-th point is held out, starting one point earlier in each next table, so the
-    held-out points cover every n and no n is left out of the fit everywhere."""
-    train: list[Point] = []
-    held: list[Point] = []
-    for g, rows in enumerate(_groups(points, ("model", "context")).values()):
-        for i, p in enumerate(rows):
-            (held if (i + g) % HOLD_OUT_EVERY == HOLD_OUT_EVERY - 1 else train).append(p)
-    return train, held
-
-
-def fit_runtime(hw: HardwareProfile, runtime: str, points: Sequence[Point],
-                specs: dict[str, ModelSpec], fields: Sequence[str] | None = None,
-                prior_weight: float = PRIOR_WEIGHT) -> Fit:
-    """Fit `runtime`'s fields of `hw` (no measured tables) to `points` by least squares on
-    log(predicted / measured), every `HOLD_OUT_EVERY`-th point held out; returns the fitted
-    values (all fields, TOML units) and the errors."""
-    fields = tuple(fields or fit_fields(hw.kind, any(p.context == 0 for p in points)))
-    train, held = split_held_out(points)
-    if not held:
-        raise InputError(f"runtime {runtime}: {len(points)} measured points are too few to fit "
-                         f"and hold out every {HOLD_OUT_EVERY}th")
-    measured = np.array([p.time_s for p in train])
-    values = least_squares_fit(
-        hw, runtime, fields, lambda trial: np.log(predict(trial, runtime, train, specs) / measured),
-        prior_weight=prior_weight, scale_by_jacobian=True)
-    fitted = with_runtime(hw, runtime, **values)
-    values = fitted.runtimes[runtime].values()
-    values["attn_dense_memory_eff"] = values["attn_memory_eff"]
-
-    def rel_err(subset: Sequence[Point]) -> np.ndarray:
-        pred = predict(fitted, runtime, subset, specs)
-        return np.abs(pred / np.array([p.time_s for p in subset]) - 1)
-
-    err = rel_err(held)
-    return Fit(runtime, values, fields, len(train), len(held), float(np.median(err)),
-               float(np.max(err)), float(np.median(rel_err(train))))
 
 
 # ---- the profile -------------------------------------------------------------------------------
@@ -413,7 +316,7 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
               f"torch = {json.dumps(p['torch'])}",
               f"driver = {json.dumps(p['driver'])}", f"date = {json.dumps(date)}",
               f"command = {json.dumps(command)}", f"wall_s = {wall_s:.1f}", ""]
-    for (model, runtime, context), rows in _groups(m.points, ("model", "runtime",
+    for (model, runtime, context), rows in groups(m.points, ("model", "runtime",
                                                               "context")).items():
         lines += ["[[measured]]", f'model = "{model}"', f'runtime = "{runtime}"', "batch = 1",
                   f"context = {context}",
@@ -421,14 +324,6 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
                   f"time_ms = [{', '.join(f'{p.time_s * 1e3:.4g}' for p in rows)}]",
                   f'source = "profile-hw {date}"', "priced = false", ""]
     return "\n".join(lines)
-
-
-def _groups(points: Sequence[Point], keys: tuple[str, ...]) -> dict[tuple, list[Point]]:
-    """Points grouped by the fields `keys` (groups in sorted order), n increasing in each."""
-    groups: dict[tuple, list[Point]] = {}
-    for p in sorted(points, key=lambda p: (*(getattr(p, k) for k in keys), p.new_tokens)):
-        groups.setdefault(tuple(getattr(p, k) for k in keys), []).append(p)
-    return groups
 
 
 def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
