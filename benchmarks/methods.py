@@ -34,10 +34,10 @@ from rich.table import Table
 
 from specscope.executor.generate import generate
 from specscope.executor.loop import GenerateResult
+from specscope.names import DRAFTERS
 
 TARGET = "tiny-code"
 SETS = ("code-edit", "docstring")
-DRAFTERS = ("draft", "ngram", "suffix", "recycle", "goose", "stand", "rasd", "layerskip")
 SAMPLED = ("draft", "stand")
 """Drafters whose children can be drawn from their own distribution."""
 SAMPLED_RULES = ("sequoia", "specinfer", "traversal")

@@ -18,6 +18,7 @@ from specscope.dashboards.style import Section, finish
 from specscope.hw_profiles import CostModel, HardwareProfile
 from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model, list_models
+from specscope.names import RUNTIMES
 from specscope.optimizers.compare import DP_REFERENCE, Setup, compare
 from specscope.trace import AcceptanceModel, default_source, source_of, trace_sources
 
@@ -27,7 +28,6 @@ DRAFTER = "llama-68m"
 WEIGHT_BITS = (16, 4)
 BUDGETS = (8, 16, 32, 64)
 MAX_DEPTH = 12
-RUNTIME_ORDER = ("eager", "graph", "compile")
 ARCH_NAMES = {"transformer": "Transformer", "ssm": "SSM", "hybrid": "hybrid"}
 GUIDE = (
     "Best predicted speedup over autoregressive decoding for each hardware and runtime (rows) "
@@ -100,7 +100,7 @@ def analytic_table(results: Results) -> tuple[pl.DataFrame, str, tuple[str, ...]
 
 
 def _runtimes(hw: HardwareProfile) -> list[str]:
-    return sorted(hw.runtimes, key=lambda r: _order(RUNTIME_ORDER, r))
+    return sorted(hw.runtimes, key=lambda r: _order(RUNTIMES, r))
 
 
 def _cell(label: str, hw: HardwareProfile, runtime: str, target: str, bits: int,
@@ -135,7 +135,7 @@ def _heatmap(table: pl.DataFrame) -> go.Figure:
     """Rows hardware · runtime, columns target · weight format, colour and text the speedup."""
     cells = {((r["hardware"], r["runtime"]), (r["target"], int(r["weight_bits"]))): r
              for r in table.iter_rows(named=True)}
-    rows = sorted({k[0] for k in cells}, key=lambda hr: (hr[0], _order(RUNTIME_ORDER, hr[1])))
+    rows = sorted({k[0] for k in cells}, key=lambda hr: (hr[0], _order(RUNTIMES, hr[1])))
     cols = sorted({k[1] for k in cells}, key=lambda tb: (_order(TARGETS, tb[0]), -tb[1]))
     labels = [f"{h} · {r}" for h, r in rows]
     columns = [_column(t, b) for t, b in cols]

@@ -46,6 +46,7 @@ from specscope.hw_profiles.profile import (
 )
 from specscope.hw_profiles.runtime import FIELDS, RuntimeParams, runtime_toml
 from specscope.models.catalogue import get_model
+from specscope.names import RUNTIMES
 
 GPTFAST_A100 = DATA_DIR / "published" / "gptfast_a100.csv"
 H100_STEPS = DATA_DIR / "measured" / "h100-transformer.csv"
@@ -83,7 +84,7 @@ depths wrongly."""
 COMPILE_ANCHOR = ("llama-3.1-8b", 2048, 1, 6.0)
 """docs/hardware.md#measured-data: llama-3.1-8b, context 2048, one token, compiled then graph'd
 on the H100: 6.0 ms."""
-SCALED = {"h200": ("eager", "graph", "compile"), "gaudi2": ("eager", "graph", "compile"),
+SCALED = {"h200": RUNTIMES, "gaudi2": RUNTIMES,
           "tpu-v4": ("compile",), "tpu-v5e": ("compile",), "a100": ("eager", "graph")}
 """Runtime sections carried over from the h100 fit to profiles without measurements of their
 own (TPUs run XLA-compiled programs only)."""
@@ -275,7 +276,7 @@ def fit_h100(hw: HardwareProfile, rows: list[StepRow]) -> HardwareProfile:
     fitted = least_squares_fit(hw, "eager", PREFILL_FIELDS, lambda t: _log_errors(t, prefill),
                                {k: H100_MATMUL_FRACTION for k in PREFILL_FIELDS if "eff" in k})
     device_prefill = {k: v for k, v in fitted.items() if "host" not in k}
-    for name in ("eager", "graph", "compile"):
+    for name in RUNTIMES:
         hw = with_values(hw, name, device_prefill)
     hw = with_values(hw, "eager", fitted)
     model, context, n, ms = COMPILE_ANCHOR
@@ -390,7 +391,7 @@ def _main_h100(write: bool) -> None:
     print(f"compile anchor {model} n={n} context {context}: {ms} ms, predicted {pred:.2f} ms")
     if write:
         path = profile_path("h100")
-        for name in ("eager", "graph", "compile"):
+        for name in RUNTIMES:
             write_runtime(path, dataclasses.replace(
                 hw.runtime(name), origin=_h100_origin(name)))
         for profile, names in SCALED.items():
