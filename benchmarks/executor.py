@@ -37,9 +37,10 @@ from specscope.executor.drafters import DRAFTERS, make_drafter
 from specscope.executor.generate import calibration, with_branches
 from specscope.executor.loop import GenerateResult, PhaseTimes, speculative_generate
 from specscope.executor.methods import resolve_method
-from specscope.executor.runtime import Runtime, use_threads
+from specscope.executor.runtime import Runtime
 from specscope.executor.session import Session, load_session
 from specscope.executor.targets import Model
+from specscope.executor.threads import use_threads
 from specscope.models import get_model
 from specscope.models.torch import Mamba2
 from specscope.models.zoo import load_zoo_model, weights_path, zoo_specs

@@ -47,9 +47,10 @@ from specscope.executor.drafters import make_drafter
 from specscope.executor.generate import calibration
 from specscope.executor.loop import decode_autoregressive, decode_speculative
 from specscope.executor.methods import Method, resolve_method
-from specscope.executor.runtime import Runtime, use_threads
+from specscope.executor.runtime import Runtime
 from specscope.executor.session import Session, load_session
 from specscope.executor.targets import Model
+from specscope.executor.threads import use_threads
 from specscope.executor.zoo_acceptance import stored_acceptance
 from specscope.models import get_model
 from specscope.models.torch.hf_export import export_llama

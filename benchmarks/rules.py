@@ -46,8 +46,8 @@ from specscope.executor.generate import calibration
 from specscope.executor.loop import GenerateResult, speculative_generate
 from specscope.executor.methods import MAX_DEPTH, Method, rsd_s_method, static_method
 from specscope.executor.rsd import matching_beam
-from specscope.executor.runtime import use_threads
 from specscope.executor.session import load_session
+from specscope.executor.threads import use_threads
 from specscope.executor.verify import DRAFT_SAMPLING
 from specscope.models import get_model
 from specscope.names import DEFAULT_DRAFT_MODEL

@@ -1,4 +1,4 @@
-"""torch's intra-op threads: one policy (`executor.runtime.choose_threads`) for every command that
+"""torch's intra-op threads: one policy (`executor.threads.choose_threads`) for every command that
 runs models, recorded with why; `--threads N` as given. No timing is asserted."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from specscope.cli import main
 from specscope.errors import InputError
-from specscope.executor.runtime import (
+from specscope.executor.threads import (
     SMALL_MODEL_PARAMS,
     Threads,
     choose_threads,

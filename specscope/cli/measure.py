@@ -253,7 +253,7 @@ def zoo_train(
     """Retrain the zoo models on the Python standard library (about 80 minutes on two cores)."""
     import torch
 
-    from specscope.executor.runtime import choose_threads, probe_threads
+    from specscope.executor.threads import choose_threads, probe_threads
     from specscope.executor.zoo_acceptance import store_acceptance
     from specscope.models.zoo import ORDER, ZOO_DIR, zoo_specs
     from specscope.models.zoo.train import HYPER, train

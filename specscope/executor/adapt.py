@@ -34,9 +34,9 @@ from specscope.errors import InputError
 from specscope.executor.distil import AdaptConfig, Distiller, ServingDrafter
 from specscope.executor.loop import check_rule, decode_autoregressive, decode_speculative
 from specscope.executor.methods import Method, static_method
-from specscope.executor.runtime import Threads, use_threads
 from specscope.executor.session import load_session
 from specscope.executor.targets import CachedModel, Model
+from specscope.executor.threads import Threads, use_threads
 from specscope.executor.verify import DRAFT_SAMPLING
 from specscope.models.torch import Transformer
 from specscope.names import DRIFT_RELATIVE_TO

@@ -37,9 +37,10 @@ from specscope.executor.drafters import (
     parse_layer_skip,
     propose_chain,
 )
-from specscope.executor.runtime import Runtime, Threads, use_threads
+from specscope.executor.runtime import Runtime
 from specscope.executor.session import draft_model_for, load_session
 from specscope.executor.targets import Model
+from specscope.executor.threads import Threads, use_threads
 from specscope.executor.verify import next_token, probabilities
 from specscope.names import COLLECT_DRAFTERS, SEQUENCE_SOURCES, K
 from specscope.trace import SCHEMA, Trace, write_trace

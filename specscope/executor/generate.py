@@ -27,9 +27,10 @@ from specscope.executor.methods import (
     resolve_method,
     static_method,
 )
-from specscope.executor.runtime import Runtime, use_threads
+from specscope.executor.runtime import Runtime
 from specscope.executor.session import draft_model_for, load_session
 from specscope.executor.targets import Model
+from specscope.executor.threads import use_threads
 from specscope.executor.verify import DRAFT_SAMPLING
 from specscope.executor.zoo_acceptance import stored_acceptance
 from specscope.names import DRAFT_MODEL_DRAFTERS

@@ -30,8 +30,8 @@ from specscope.executor.drafters import (
     Drafter,
 )
 from specscope.executor.methods import Method
-from specscope.executor.runtime import Threads, use_threads
 from specscope.executor.targets import Model
+from specscope.executor.threads import Threads, use_threads
 from specscope.executor.verify import (
     DRAFT_SAMPLING,
     RULES,

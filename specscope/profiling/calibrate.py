@@ -39,7 +39,8 @@ import torch
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
-from specscope.executor.runtime import Runtime, use_threads
+from specscope.executor.runtime import Runtime
+from specscope.executor.threads import use_threads
 from specscope.hw_profiles.profile import (
     DATA_DIR,
     HardwareProfile,

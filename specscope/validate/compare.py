@@ -45,9 +45,10 @@ from specscope.executor.methods import (
     resolve_method,
     static_method,
 )
-from specscope.executor.runtime import Runtime, Threads, use_threads
+from specscope.executor.runtime import Runtime
 from specscope.executor.session import Session, load_session
 from specscope.executor.targets import Model
+from specscope.executor.threads import Threads, use_threads
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
 from specscope.hw_profiles.pricing import Pricing
 from specscope.models import get_model
