@@ -29,6 +29,7 @@ ETS adds is what the DP cannot express: a KV-byte budget, coverage of sources or
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -49,12 +50,8 @@ PULP_MISSING = ("ETS solves an integer program with PuLP and its CBC solver, whi
 
 
 def pulp_available() -> bool:
-    """Whether PuLP imports here (ETS needs it; nothing else does)."""
-    try:
-        import pulp  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether PuLP is installed here (ETS needs it; nothing else does), without importing it."""
+    return importlib.util.find_spec("pulp") is not None
 
 
 def _pulp() -> ModuleType:
