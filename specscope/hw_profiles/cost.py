@@ -22,6 +22,8 @@ context), and beyond the table the formula is scaled to meet its nearest measure
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +115,26 @@ class CostModel:
                    tree_attention=self.tree_attention, act_bits=self.act_bits,
                    quant_lm_head=self.quant_lm_head, **extra)
 
+    def under(self, runtime: str | None = None, tree_attention: str | None = None,
+              host_layer_ratio: float = 1.0) -> CostModel:
+        """This cost model (its class and extras kept) under another runtime and tree attention
+        (None keeps each), its host issue time per layer × `host_layer_ratio` (an engine's
+        model code against the Transformer the runtime was fitted on)."""
+        if tree_attention is not None and tree_attention not in TREE_ATTENTION:
+            raise InputError(f"tree attention must be one of {', '.join(TREE_ATTENTION)}, "
+                             f"got {tree_attention!r}")
+        clone = copy.copy(self)
+        if runtime is not None:
+            clone.runtime = self.hw.runtime(runtime)
+        if host_layer_ratio != 1.0:
+            r = clone.runtime
+            clone.runtime = dataclasses.replace(
+                r, host_layer_s=r.host_layer_s * host_layer_ratio,
+                prefill_host_layer_s=r.prefill_host_layer_s * host_layer_ratio)
+        if tree_attention is not None:
+            clone.tree_attention = tree_attention
+        return clone
+
     def ops(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any) -> list[OpCost]:
         """The per-device operator table of one forward (see `specscope.models.ops`)."""
         return forward_ops(self.model, batch, new_tokens, context_len,
@@ -200,11 +222,12 @@ class CostModel:
         return {"overhead": overhead, "dequant": dequant, "comm": comm}
 
     def host_time(self, context_len: Num) -> np.ndarray:
-        """Seconds the host needs to issue one forward (a prompt when the context is 0)."""
+        """Seconds the host needs to issue one forward (a prompt when the context is 0), on the
+        profile's host (`host_speed`)."""
         r, layers = self.runtime, self.host_layers
         return np.where(np.asarray(context_len) == 0,
                         r.prefill_host_step_s + layers * r.prefill_host_layer_s,
-                        r.host_step_s + layers * r.host_layer_s)
+                        r.host_step_s + layers * r.host_layer_s) / self.hw.host_speed
 
     def roofline_time(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any
                       ) -> np.ndarray:

@@ -27,14 +27,19 @@ from functools import cached_property
 
 import numpy as np
 
+from specscope.errors import InputError
 from specscope.hw_profiles.cost import CostModel
+from specscope.hw_profiles.engine import DEFAULT_ENGINE, Engine, LoopCosts, load_engine
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.tree import Tree
 
 
 @dataclass(frozen=True)
 class Pricing:
-    """Prices speculative steps of one (hardware, target, drafter, context, batch)."""
+    """Prices speculative steps of one (hardware, target, drafter, context, batch) on an
+    engine's loop (None: the profile's own, as profile-hw measured it); `baseline` is the target
+    as the autoregressive baseline runs it (None: `target`), on `baseline_engine`'s loop (None:
+    the engine's baseline)."""
 
     target: CostModel
     drafter: CostModel | None
@@ -42,17 +47,31 @@ class Pricing:
     batch: int = 1
     ssm_verify: str = "stree"
     temperature: float = 0.0
+    engine: Engine | None = None
+    baseline: CostModel | None = None
+    baseline_engine: Engine | None = None
+
+    @cached_property
+    def loop(self) -> LoopCosts:
+        """The host terms of this engine's loop on the target's box."""
+        hw = self.target.hw
+        return LoopCosts.of_profile(hw) if self.engine is None else self.engine.loop_costs(hw)
+
+    @cached_property
+    def baseline_loop(self) -> LoopCosts:
+        """The host terms of the baseline engine's loop on the target's box."""
+        engine = self.baseline_engine or (self.engine and self.engine.baseline_engine())
+        return self.loop if engine is None else engine.loop_costs(self.target.hw)
 
     def level_s(self, source: str, forwarded: int = 1, expanded: int = 1) -> float:
         """Seconds of one drafted level of `source`: a model-free drafter's propose call
         (`drafter_s`), or a draft-model forward of the `forwarded` nodes it runs (the parents
         and their ancestors) plus its host work for the `expanded` parents it proposes for."""
-        hw = self.target.hw
         if source in MODEL_FREE_SOURCES:
-            return hw.drafter_s.get(source, 0.0)
+            return self.loop.drafter.get(source, 0.0)
         if self.drafter is None:
             return 0.0
-        return self._forward_s(forwarded) + (expanded - 1) * hw.draft_node_host_s
+        return self._forward_s(forwarded) + (expanded - 1) * self.loop.node
 
     def _forward_s(self, forwarded: int) -> float:
         """A draft-model level's forward of `forwarded` nodes and its per-call host work."""
@@ -63,8 +82,7 @@ class Pricing:
     def level_host_s(self) -> float:
         """Seconds a draft-model level pays beyond its forward: the host's work and the
         forward's slowdown in a loop that alternates it with the target's."""
-        hw = self.target.hw
-        return hw.draft_level_host_s + hw.draft_cold_s
+        return self.loop.level + self.loop.draft_cold
 
     def dyspec_calls_s(self, source: str, forwarded: Sequence[int], expanded: Sequence[int]
                        ) -> float:
@@ -72,31 +90,37 @@ class Pricing:
         proposing for `expanded[i]` (`DraftedTree.forwarded`, `.expanded`)."""
         if source in MODEL_FREE_SOURCES or self.drafter is None:
             return sum(self.level_s(source) for _ in forwarded)
-        node = self.target.hw.dyspec_node_host_s
+        node = self.loop.dyspec_node
         return sum(self._forward_s(f) + (e - 1) * node
                    for f, e in zip(forwarded, expanded, strict=True))
 
     @property
     def stop_rule_s(self) -> float:
         """Host seconds of SpecDec++'s stop check per drafted token."""
-        return self.target.hw.stop_rule_s
+        return self.loop.stop_rule
 
     @property
     def bookkeeping_s(self) -> float:
         """Host seconds of one speculative step's bookkeeping (rule, commit, drafter updates)."""
-        return self.target.hw.speculation_step_s
+        return self.loop.step
+
+    @property
+    def accepted_s(self) -> float:
+        """Host seconds per accepted token (KV compaction); a step pays it per token it yields."""
+        return self.loop.accepted
 
     @cached_property
     def autoregressive_s(self) -> float:
-        """Seconds per token of plain autoregressive decoding."""
-        return float(self.target.forward_time(self.batch, 1, self.context_len))
+        """Seconds per token of plain autoregressive decoding, as the baseline engine runs it."""
+        model = self.baseline or self.target
+        return (float(model.forward_time(self.batch, 1, self.context_len))
+                + self.baseline_loop.baseline_token)
 
     @cached_property
     def verify_extra_s(self) -> float:
         """Seconds a verification pays beyond the target's forward: the host's work at this
         temperature, and the forward's slowdown inside the loop."""
-        hw = self.target.hw
-        return hw.verify_host(self.temperature) + hw.verify_cold_s
+        return self.loop.verify_host(self.temperature) + self.loop.verify_cold
 
     def verify_s(self, n: int, depth: int, leaves: int | None = None) -> float:
         """Seconds for the target to verify a tree of n tokens: its forward and
@@ -124,6 +148,10 @@ class Pricing:
     def tree_step_s(self, tree: Tree) -> float:
         """Seconds for one speculative step with this tree: one level per (depth, source) of its
         drafted nodes, the verification and the bookkeeping."""
+        if self.engine is not None and self.engine.tree_attention == "none" and tree.size > 1 \
+                and np.bincount(tree.parents[1:]).max() > 1:
+            raise InputError(f"engine {self.engine.name} verifies chains only (tree_attention "
+                             f"none); a tree of {tree.size} tokens branches")
         verify = self.verify_s(tree.size, tree.depth, int(tree.leaves.size))
         return self.draft_s(tree) + verify + self.bookkeeping_s
 
@@ -139,3 +167,35 @@ class Pricing:
         above = np.cumsum(np.bincount(tree.depths, minlength=tree.depth + 1))
         return sum(self.level_s(source, int(above[depth - 1]), len(parents[depth, source]))
                    for depth, source in sorted(parents))
+
+
+def for_engine(engine: str | Engine | None, target: CostModel, drafter: CostModel | None,
+               context_len: int, batch: int = 1, *, runtime: str | None = None,
+               draft_runtime: str | None = None, baseline_engine: str | None = None,
+               tree_attention: str | None = None, **options: float | str) -> Pricing:
+    """`Pricing` on `engine`: the target under its target runtime (`runtime` overrides it), the
+    drafter under its draft runtime (`draft_runtime` overrides it; by default the target's), both
+    with its tree attention, and the baseline as its baseline engine (`baseline_engine`
+    overrides it) runs the target; `tree_attention` overrides the engine's. No engine prices
+    the models as they stand (today's pricing), under `runtime` and `draft_runtime` when
+    given."""
+    if engine is None and (baseline_engine or tree_attention) is not None:
+        engine = DEFAULT_ENGINE
+    if engine is None:
+        if draft_runtime is not None and drafter is not None:
+            drafter = drafter.under(draft_runtime)
+        if runtime is not None:
+            target = target.under(runtime)
+        return Pricing(target, drafter, context_len, batch, **options)
+    engine = load_engine(engine) if isinstance(engine, str) else engine
+    attention = tree_attention or engine.tree_attention
+    attention = "split" if attention == "none" else attention
+    verified = target.under(runtime or engine.target_runtime, attention, engine.host_layer_ratio)
+    if drafter is not None:
+        drafter = drafter.under(draft_runtime or engine.draft_runtime or verified.runtime.name,
+                                attention, engine.host_layer_ratio)
+    base = load_engine(baseline_engine) if baseline_engine else engine.baseline_engine()
+    baseline = target.under((runtime or engine.target_runtime) if base is engine
+                            else base.target_runtime, attention, base.host_layer_ratio)
+    return Pricing(verified, drafter, context_len, batch, engine=engine, baseline=baseline,
+                   baseline_engine=base, **options)

@@ -110,6 +110,13 @@ class HardwareProfile:
     draft_node_host_s: float = 0.0
     dyspec_node_host_s: float = 0.0
     stop_rule_s: float = 0.0
+    host_cpu: str = ""
+    """The box's usual host CPU (or the one a paper ran), `[host] cpu`."""
+    host_speed: float = 1.0
+    """Single-thread speed of that host relative to the host the eager runtime's host terms were
+    measured on (`[host] single_thread`): eager issue time scales as 1 / host_speed."""
+    host_source: str = ""
+    """Where host_speed comes from, or "assumed: …"."""
 
     def verify_host(self, temperature: float) -> float:
         """Host seconds per verification at `temperature` (the greedy figure where the profile
@@ -279,7 +286,20 @@ def load_profile(name: str | Path) -> HardwareProfile:
         draft_node_host_s=_optional(data, "speculation", "node_us", path) * 1e-6,
         dyspec_node_host_s=_optional(data, "speculation", "dyspec_node_us", path) * 1e-6,
         stop_rule_s=_optional(data, "speculation", "stop_rule_us", path) * 1e-6,
+        **_host(data, path),
     )
+
+
+def _host(data: dict[str, Any], where: Path) -> dict[str, Any]:
+    """The `[host]` section (cpu, single_thread, source) as HardwareProfile fields; absent, the
+    host is the one the runtimes were measured on (speed 1)."""
+    if "host" not in data:
+        return {}
+    speed = _get(data, "host", "single_thread", where)
+    if speed <= 0:
+        raise InputError(f"{where}: [host] single_thread must be positive, got {speed}")
+    return {"host_cpu": _get(data, "host", "cpu", where, str), "host_speed": speed,
+            "host_source": _get(data, "host", "source", where, str)}
 
 
 def _optional(data: dict[str, Any], section: str, key: str, where: Path) -> float:

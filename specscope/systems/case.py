@@ -11,6 +11,14 @@ apply: a tree is tokens per drafted level, `"4,16,16,16,16"`, root not counted):
                                     tau_includes_bonus, default true)
     draft, weight_bits, act_bits, batch, context, new_tokens, tree, runtime, images, tp,
     baseline, baseline_tau, source, setup ("complete" or "partial")
+    engine, baseline_engine, draft_runtime, tree_attention
+                                    the software the paper ran (hw_profiles/data/engines:
+                                    runtimes, tree attention, the loop's host work), the one
+                                    its baseline ran if another (stock `transformers.generate`
+                                    under a research stack's method), and the draft's runtime
+                                    where it differs from the engine's (`runtime` overrides the
+                                    target's), and the tree attention where the paper's own
+                                    differs from its engine's (LongSpec's split)
     any key of the system's own `OPTIONS` (window, exit_fraction, …)
 
 Every mistake is an `InputError` that names the file and the case: an unknown system, key, model
@@ -60,6 +68,10 @@ class Case:
     baseline_tau: float | None = None
     source: str = ""
     setup: str = "complete"
+    engine: str | None = None
+    baseline_engine: str | None = None
+    draft_runtime: str | None = None
+    tree_attention: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -83,6 +95,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "published_tokens_per_s": (int, float), "draft": str, "weight_bits": int, "act_bits": int,
     "batch": int, "context": int, "new_tokens": int, "tree": str, "runtime": str, "images": int,
     "tp": int, "baseline": str, "baseline_tau": (int, float), "source": str, "setup": str,
+    "engine": str, "baseline_engine": str, "draft_runtime": str, "tree_attention": str,
 }
 """The shared keys and their TOML types."""
 

@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.hw_profiles.pricing import Pricing
+from specscope.hw_profiles.pricing import Pricing, for_engine
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
 from specscope.systems.case import Case
@@ -78,9 +78,12 @@ def target_model(case: Case, cls: type[CostModel] = CostModel, **extra: Any) -> 
 
 def pricing(case: Case, target: CostModel, draft: CostModel | None,
             context: float | None = None) -> Pricing:
-    """`Pricing` of the case's batch at its mean decoding context (or `context`)."""
+    """`Pricing` of the case's batch at its mean decoding context (or `context`), on the case's
+    engine (none: the models as they stand)."""
     at = case.decode_context if context is None else context
-    return Pricing(target=target, drafter=draft, context_len=round(at), batch=case.batch)
+    return for_engine(case.engine, target, draft, round(at), case.batch, runtime=case.runtime,
+                      draft_runtime=case.draft_runtime, baseline_engine=case.baseline_engine,
+                      tree_attention=case.tree_attention)
 
 
 def tree_step(price: Pricing, widths: Sequence[int], source: str) -> dict[str, float]:
@@ -98,7 +101,9 @@ def speculative(case: Case, price: Pricing, source: str, tokens_per_step: float 
                 assumptions: Sequence[str] = (), lossy: bool = False) -> Prediction:
     """The `Prediction` of drafting the case's tree with `source` under `price`, against
     autoregressive decoding of the same target."""
+    tokens = tokens_per_step or case.tokens_per_step
     parts = tree_step(price, case.tree, source)
-    return Prediction(tokens_per_step=tokens_per_step or case.tokens_per_step,
+    parts["bookkeeping"] += price.accepted_s * tokens
+    return Prediction(tokens_per_step=tokens,
                       step_s=sum(parts.values()), baseline_s=price.autoregressive_s,
                       batch=case.batch, parts=parts, assumptions=tuple(assumptions), lossy=lossy)

@@ -1,0 +1,236 @@
+"""Engines: the software a speculative step runs on, priced apart from the hardware it runs on.
+
+The same tree on the same GPU costs very different times under Hugging Face eager code, a
+research stack built on it (EAGLE- and Medusa-style model code with a pre-allocated KV cache),
+gpt-fast, vLLM, SGLang, TensorRT-LLM or llama.cpp. An engine states (docs/hardware.md#engines):
+
+- the runtime of the target and of the draft, separately (Sequoia-style code captures only the
+  draft as a CUDA graph), and how its baseline runs (`baseline`: the engine whose plain
+  autoregressive loop a paper's speedup divides by);
+- its tree attention: a dense (n, prefix + n) mask, split (flash prefix + tree block), or none
+  (chains only);
+- its speculative loop's host work (`LoopCosts`): per step, per drafted level, per further tree
+  node a level proposes for, per accepted token, per verification (greedy and sampled), and the
+  baseline loop's per-token host work beyond the forward.
+
+An engine's host terms are stated in microseconds on the host they were measured on
+(`measured_on`, a profile) and priced on a box in proportion to how long that box's host takes to
+issue the same eager transformer layer (`host_scale`): operator dispatch is what both are made of.
+The `specscope` engine is the loop `profile-hw` measures on the box itself, which is what every
+command prices when no engine is named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from specscope.errors import InputError
+from specscope.hw_profiles.profile import HardwareProfile, load_profile
+from specscope.names import HOST_DRAFTERS, RUNTIMES
+
+ENGINE_DIR = Path(__file__).parent / "data" / "engines"
+TREE_ATTENTION = ("split", "dense", "none")
+"""How an engine verifies a tree: split (flash prefix + masked tree block), a dense additive
+mask over prefix + tree, or none (it verifies chains only)."""
+DEFAULT_ENGINE = "specscope"
+
+
+@dataclass(frozen=True)
+class LoopCosts:
+    """Host seconds a speculative loop pays beyond its forwards (`Pricing` reads these).
+
+    step: a step's bookkeeping (commit, drafter updates); level: a draft-model level beyond its
+    forward; node: a level's further node it proposes for (top-k, reranking); dyspec_node: the
+    same in DySpec's live builder; stop_rule: SpecDec++'s stop check per drafted token; accepted:
+    per accepted token (KV compaction); verify / sampled_verify: a verification's tensors and rule
+    at temperature 0 / > 0; draft_cold / verify_cold: a forward's slowdown inside the loop (a CPU's
+    caches); drafter: a model-free drafter's propose call per level; baseline_token: the plain
+    autoregressive loop's host work per token beyond its forward.
+    """
+
+    step: float = 0.0
+    level: float = 0.0
+    node: float = 0.0
+    dyspec_node: float = 0.0
+    stop_rule: float = 0.0
+    accepted: float = 0.0
+    verify: float = 0.0
+    sampled_verify: float = 0.0
+    draft_cold: float = 0.0
+    verify_cold: float = 0.0
+    drafter: dict[str, float] = field(default_factory=dict)
+    baseline_token: float = 0.0
+
+    @classmethod
+    def of_profile(cls, hw: HardwareProfile) -> LoopCosts:
+        """The loop `profile-hw` measured on `hw` (0 where it measured nothing)."""
+        return cls(step=hw.speculation_step_s, level=hw.draft_level_host_s,
+                   node=hw.draft_node_host_s, dyspec_node=hw.dyspec_node_host_s,
+                   stop_rule=hw.stop_rule_s, verify=hw.verify_host_s,
+                   sampled_verify=hw.sampled_verify_host_s, draft_cold=hw.draft_cold_s,
+                   verify_cold=hw.verify_cold_s, drafter=dict(hw.drafter_s))
+
+    def carried(self, factor: float) -> LoopCosts:
+        """These terms on a host `factor` times slower; the cold terms, cache effects of the
+        host that measured them, stay behind (0)."""
+        out = {f.name: getattr(self, f.name) * factor for f in fields(self)
+               if f.name not in ("drafter", "draft_cold", "verify_cold")}
+        return LoopCosts(**out, drafter={k: v * factor for k, v in self.drafter.items()})
+
+    def verify_host(self, temperature: float) -> float:
+        """Host seconds per verification at `temperature` (the greedy figure where nothing was
+        measured at temperature > 0)."""
+        if temperature > 0 and self.sampled_verify:
+            return self.sampled_verify
+        return self.verify
+
+
+_LOOP_KEYS = {"step_us": "step", "level_us": "level", "node_us": "node",
+              "dyspec_node_us": "dyspec_node", "stop_rule_us": "stop_rule",
+              "accepted_us": "accepted", "verify_us": "verify",
+              "sampled_verify_us": "sampled_verify", "baseline_token_us": "baseline_token"}
+"""`[loop]` terms of an engine file (µs) and their `LoopCosts` fields."""
+_LOOP_SETTINGS = ("measured_on", "from_profile", "reference_layer_us")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine's file, read and checked (module docstring).
+
+    target_runtime / draft_runtime: None keeps the profile's default (or the command's
+    --runtime); stated / stated_drafters: the `[loop]` terms the file gives (seconds);
+    reference_layer_s: specscope's eager Transformer layer's host issue time measured beside
+    them (0: they are seconds on the host the eager runtimes were measured on);
+    loop_from_profile: under them, the loop profile-hw measured on `measured_on` ("" for the box
+    itself); host_layer_ratio: the engine's model code's eager host issue time per layer over
+    specscope's Transformer's, which the eager runtimes were fitted on; sources: where each
+    stated value comes from, by key, or "assumed: …".
+    """
+
+    name: str
+    description: str
+    target_runtime: str | None
+    draft_runtime: str | None
+    tree_attention: str
+    baseline: str
+    measured_on: str
+    stated: dict[str, float]
+    stated_drafters: dict[str, float]
+    loop_from_profile: bool
+    reference_layer_s: float
+    host_layer_ratio: float
+    sources: dict[str, str]
+
+    def loop_costs(self, hw: HardwareProfile) -> LoopCosts:
+        """This engine's loop priced on box `hw` (module docstring): the loop profile-hw
+        measured on `measured_on` (or on `hw` itself) when `loop_from_profile`, carried to `hw`'s
+        host by `host_scale`, with the `[loop]` terms the file states over it, carried by the
+        reference layer they were measured beside (or, without one, µs on the host the eager
+        runtimes were measured on)."""
+        base = LoopCosts()
+        if self.loop_from_profile:
+            source = load_profile(self.measured_on) if self.measured_on else hw
+            base = LoopCosts.of_profile(source)
+            if source.name != hw.name:
+                base = base.carried(host_scale(source, hw))
+        factor = (_eager_layer_s(hw) / self.reference_layer_s if self.reference_layer_s
+                  else 1.0 / hw.host_speed)
+        return dataclasses.replace(
+            base, **{k: v * factor for k, v in self.stated.items()},
+            drafter={**base.drafter, **{k: v * factor for k, v in self.stated_drafters.items()}})
+
+    def baseline_engine(self) -> Engine:
+        """The engine whose autoregressive loop this engine's speedups are over."""
+        return self if self.baseline == self.name else load_engine(self.baseline)
+
+
+def host_scale(measured_on: HardwareProfile, box: HardwareProfile) -> float:
+    """How much longer `box`'s host takes than `measured_on`'s to issue the same work: the ratio
+    of their eager per-layer host times (each as its profile prices it, host speed included)."""
+    mine, theirs = _eager_layer_s(box), _eager_layer_s(measured_on)
+    return mine / theirs
+
+
+def _eager_layer_s(hw: HardwareProfile) -> float:
+    if "eager" not in hw.runtimes:
+        raise InputError(f"profile {hw.name} prices no eager runtime, so an engine's host work "
+                         "cannot be carried to it")
+    return hw.runtimes["eager"].host_layer_s / hw.host_speed
+
+
+def list_engines() -> list[str]:
+    """Names of the shipped engines, sorted."""
+    return sorted(p.stem for p in ENGINE_DIR.glob("*.toml"))
+
+
+@cache
+def load_engine(name: str) -> Engine:
+    """The shipped engine `name`, or an engine TOML file by path."""
+    path = Path(name) if name.endswith(".toml") else ENGINE_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise InputError(f"--engine: unknown engine {name!r}; known: {', '.join(list_engines())}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+    return _parse(data, path)
+
+
+def _parse(data: dict[str, Any], path: Path) -> Engine:
+    where = str(path)
+    for key in ("name", "description", "tree_attention", "baseline"):
+        if not isinstance(data.get(key), str):
+            raise InputError(f"{where}: {key} must be a string")
+    runtimes = {}
+    for key in ("target_runtime", "draft_runtime"):
+        value = data.get(key)
+        if value is not None and value not in RUNTIMES:
+            raise InputError(f"{where}: {key} {value!r} is not one of {', '.join(RUNTIMES)}")
+        runtimes[key] = value
+    if data["tree_attention"] not in TREE_ATTENTION:
+        raise InputError(f"{where}: tree_attention must be one of {', '.join(TREE_ATTENTION)}")
+    table = data.get("loop", {})
+    if not isinstance(table, dict):
+        raise InputError(f"{where}: [loop] must be a table")
+    measured_on = str(table.get("measured_on", ""))
+    from_profile = table.get("from_profile", False)
+    if not isinstance(from_profile, bool):
+        raise InputError(f"{where}: [loop] from_profile must be true or false")
+    drafters = {}
+    values: dict[str, float] = {}
+    for key, value in table.items():
+        if key in _LOOP_SETTINGS:
+            continue
+        name = _LOOP_KEYS.get(key)
+        drafter = key[:-3] if key.endswith("_us") and key[:-3] in HOST_DRAFTERS else None
+        if name is None and drafter is None:
+            raise InputError(f"{where}: [loop] unknown key {key!r}; known: "
+                             f"{', '.join([*_LOOP_KEYS, *_LOOP_SETTINGS])}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise InputError(f"{where}: [loop] {key} must be a number ≥ 0, got {value!r}")
+        if drafter:
+            drafters[drafter] = float(value) * 1e-6
+        else:
+            values[name] = float(value) * 1e-6
+    reference = table.get("reference_layer_us", 0.0)
+    ratio = data.get("host_layer_ratio", 1.0)
+    for key, value in (("[loop] reference_layer_us", reference), ("host_layer_ratio", ratio)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise InputError(f"{where}: {key} must be a number ≥ 0, got {value!r}")
+    if ratio <= 0:
+        raise InputError(f"{where}: host_layer_ratio must be positive")
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise InputError(f"{where}: [sources] must map keys to strings")
+    return Engine(name=data["name"], description=data["description"],
+                  target_runtime=runtimes["target_runtime"],
+                  draft_runtime=runtimes["draft_runtime"],
+                  tree_attention=data["tree_attention"], baseline=data["baseline"],
+                  measured_on=measured_on, stated=values, stated_drafters=drafters,
+                  loop_from_profile=from_profile, reference_layer_s=float(reference) * 1e-6,
+                  host_layer_ratio=float(ratio), sources=dict(sources))
