@@ -44,6 +44,11 @@ Hw = Annotated[str, typer.Option("--hw", help="Hardware profile (a100, h100, h20
 PricedRuntime = Annotated[str | None, typer.Option(
     "--runtime", help="Runtime to price (default: the profile's own)."),
     Choices("specscope.names:RUNTIMES")]
+EngineName = Annotated[str | None, typer.Option(
+    "--engine", help="Software stack to price (hw_profiles/data/engines: runtimes, tree "
+                     "attention, the speculative loop's host work, the baseline's stack); "
+                     "default: specscope's own loop as profiled on the hardware."),
+    Choices("specscope.hw_profiles.engine:ENGINE_NAMES")]
 TreeAttention = Annotated[str, typer.Option(
     "--tree-attention", help="split: prefix read once, tree block masked; dense: one mask "
                              "over prefix and tree."),

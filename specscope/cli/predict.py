@@ -10,6 +10,7 @@ import typer
 from specscope.cli.common import (
     AsJson,
     Choices,
+    EngineName,
     Hw,
     Images,
     PricedRuntime,
@@ -44,6 +45,7 @@ def cost(
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     group_size: Annotated[int, typer.Option(help="Weights per 4-bit quantisation group.")] = 128,
     runtime: PricedRuntime = None,
+    engine: EngineName = None,
     tree_attention: TreeAttention = "split",
     system: SystemName = None,
     system_options: SystemOptions = None,
@@ -76,7 +78,16 @@ def cost(
                           runtime=runtime, images=images, options=options)
         cm, drafter = deployed.target, deployed.drafter
         context += deployed.prompt_tokens
+    if engine is not None:
+        from specscope.hw_profiles.pricing import for_engine
+
+        priced = for_engine(engine, cm, drafter, context, batch, runtime=runtime)
+        cm, drafter = priced.target, priced.drafter
+        tree_attention = cm.tree_attention
     report = cm.report(batch, new_tokens, context)
+    if engine is not None:
+        report["engine"] = engine
+        report["baseline_token_ms"] = priced.autoregressive_s * 1e3
     if drafter is not None:
         report["system"] = system
         report["drafter"] = drafter.report(batch, 1, context)
@@ -126,6 +137,7 @@ def optimize_tree(
     eagle_beam: Annotated[int, typer.Option(help="EAGLE-2 nodes expanded per level.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the fitted predictors.")] = 0,
     runtime: PricedRuntime = None,
+    engine: EngineName = None,
     tree_attention: TreeAttention = "split",
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
@@ -159,6 +171,7 @@ def optimize_tree(
             seed=seed,
         ),
         runtime=runtime,
+        engine=engine,
         tree_attention=tree_attention,
     )
     result = run_optimize(request)
@@ -191,6 +204,7 @@ def simulate(
                                              "dynamic policies.")] = 16,
     max_depth: Annotated[int, typer.Option(help="Depth cap of the dynamic policies.")] = 12,
     runtime: PricedRuntime = None,
+    engine: EngineName = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree of the target.")] = 1,
     weight_bits: WeightBits = None,
     max_batch: Annotated[int, typer.Option(help="Sequences per step.")] = 32,
@@ -250,7 +264,8 @@ def simulate(
         budget=budget, max_depth=max_depth,
         acceptance=None if acceptance is None else tuple(_csv_floats(acceptance,
                                                                      "--acceptance")),
-        runtime=runtime, tp=tp, weight_bits=weight_bits, rate=rate, requests=requests,
+        runtime=runtime, engine=engine, tp=tp, weight_bits=weight_bits, rate=rate,
+        requests=requests,
         max_batch=max_batch, token_budget=token_budget, chunked_prefill=chunked_prefill,
         replicas=replicas, router=router, workload=workload, fork_branches=fork_branches,
         fork_levels=fork_levels, arrivals=arrivals, cv=cv, arrival_file=arrival_file,

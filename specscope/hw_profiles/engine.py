@@ -168,6 +168,10 @@ def list_engines() -> list[str]:
     return sorted(p.stem for p in ENGINE_DIR.glob("*.toml"))
 
 
+ENGINE_NAMES = tuple(list_engines())
+"""The shipped engines (`--engine` takes these or an engine TOML path)."""
+
+
 @cache
 def load_engine(name: str) -> Engine:
     """The shipped engine `name`, or an engine TOML file by path."""

@@ -139,8 +139,15 @@ def resolve_algos(spec: str) -> list[str]:
     return names
 
 
+CHAIN_METHODS = ("chain", "specdecpp")
+"""Methods whose every tree is a chain (what a chain-only engine can verify)."""
+
+
 def unavailable(algo: str, setup: Setup, smallest_budget: int) -> str | None:
     """Why `algo` cannot run on this input, or None."""
+    engine = setup.pricing.engine
+    if engine is not None and engine.tree_attention == "none" and algo not in CHAIN_METHODS:
+        return f"engine {engine.name} verifies chains only"
     if algo == "goose" and setup.goose_sources is None:
         return "needs a trace with a sequence source (ngram/suffix) and a ranked source"
     if algo == "specdecpp" and setup.trace is None:

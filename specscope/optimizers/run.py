@@ -11,7 +11,7 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.hw_profiles.pricing import Pricing
+from specscope.hw_profiles.pricing import for_engine
 from specscope.models import get_model, list_models
 from specscope.models.catalogue import drafter_spec
 from specscope.models.spec import ModelSpec
@@ -51,6 +51,7 @@ class OptimizeRequest:
     options: MethodOptions = field(default_factory=MethodOptions)
     runtime: str | None = None
     tree_attention: str = "split"
+    engine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class OptimizeResult:
     runtime: str = ""
     tree_attention: str = "split"
     reference: str = DP_REFERENCE
+    engine: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The `--json` document (docs/architecture.md#tree-files), plus the Pareto rows and
@@ -78,6 +80,7 @@ class OptimizeResult:
             "context_len": self.context_len,
             "runtime": self.runtime,
             "tree_attention": self.tree_attention,
+            **({"engine": self.engine} if self.engine else {}),
             "results": [
                 s.to_dict() | {"dp_optimum": s.algo == self.reference}
                 for s in self.comparison.scores
@@ -135,17 +138,17 @@ def run_optimize(req: OptimizeRequest) -> OptimizeResult:
     def cost_model(spec: ModelSpec) -> CostModel:
         return CostModel(profile, spec, runtime=req.runtime, tree_attention=req.tree_attention)
 
-    pricing = Pricing(
-        target=cost_model(get_model(target)),
-        drafter=None if priced is None else cost_model(priced),
-        context_len=int(context),
+    pricing = for_engine(
+        req.engine, cost_model(get_model(target)),
+        None if priced is None else cost_model(priced), int(context),
         temperature=0.0 if trace is None else trace.temperature,
     )
     setup = Setup(p=p, source=source, pricing=pricing, max_depth=req.max_depth, trace=trace,
                   options=req.options)
     comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets)
     return OptimizeResult(profile.name, target, drafter, source, int(context), comparison,
-                          pricing.target.runtime.name, req.tree_attention)
+                          pricing.target.runtime.name, pricing.target.tree_attention,
+                          engine=req.engine)
 
 
 def _catalogue_or(name: str | None, default: str) -> str:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specscope.hw_profiles import CostModel
+from specscope.hw_profiles.engine import Engine
 from specscope.hw_profiles.pricing import Pricing
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.simulator.policies.base import Speculation
@@ -159,14 +160,14 @@ class HostTerms:
     node: float = 0.0
 
 
-def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0
-               ) -> HostTerms:
+def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0,
+               engine: Engine | None = None) -> HostTerms:
     """The host terms of `Pricing` on these models at `temperature` (what its draft level and
     verification pay beyond their forwards), so that the simulator and the optimizers price the
-    loop's host work alike."""
-    ref = Pricing(target, drafter, 1, temperature=temperature)
+    loop's host work alike, on `engine`'s loop (None: the profile's own)."""
+    ref = Pricing(target, drafter, 1, temperature=temperature, engine=engine)
     level = ref.level_host_s if drafter is not None else 0.0
-    node = target.hw.draft_node_host_s if drafter is not None else 0.0
+    node = ref.loop.node if drafter is not None else 0.0
     return HostTerms(level, ref.verify_extra_s, ref.bookkeeping_s, ref.level_s, node)
 
 
@@ -201,16 +202,18 @@ class BatchPricer:
 
     `source` is the drafter source of levels drafted past a tree's depth; `link` is the draft
     link under separate placement (None: colocated); `temperature` the sampling temperature
-    (the verification's host work depends on it).
+    (the verification's host work depends on it); `engine` the engine whose loop's host work
+    a step pays (None: the profile's own).
     """
 
     def __init__(self, target: CostModel, drafter: CostModel | None, source: str,
-                 link: Link | None = None, temperature: float = 0.0) -> None:
+                 link: Link | None = None, temperature: float = 0.0,
+                 engine: Engine | None = None) -> None:
         self.target, self.drafter, self.source, self.link = target, drafter, source, link
         self._target = _Forwards(target)
         self._drafter = None if drafter is None else _Forwards(drafter)
         self._shapes: dict[tuple[int, int], tuple[Tree, _Shape]] = {}
-        self._host = host_terms(target, drafter, temperature)
+        self._host = host_terms(target, drafter, temperature, engine)
 
     def shape(self, spec: Speculation) -> _Shape:
         """The (cached) `speculation_shape` of `spec`."""

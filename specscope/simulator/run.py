@@ -21,6 +21,8 @@ import simpy
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
+from specscope.hw_profiles.engine import DEFAULT_ENGINE
+from specscope.hw_profiles.pricing import for_engine
 from specscope.models import ModelSpec, get_model, list_models
 from specscope.models.catalogue import drafter_spec
 from specscope.names import MODEL_FREE_SOURCES
@@ -63,6 +65,8 @@ class SimulateRequest:
     max_depth: int = 12
     acceptance: tuple[float, ...] | None = None
     runtime: str | None = None
+    engine: str | None = None
+    """The software stack priced (hw_profiles/data/engines; None: specscope's own loop)."""
     tp: int = 1
     weight_bits: int | None = None
     rate: float = 1.0
@@ -130,6 +134,11 @@ def run_simulation(req: SimulateRequest,
         target, drafter = deployed.target, _Drafter(deployed.source, deployed.drafter)
         scale = deployed.acceptance_scale
         drift = tuple(m * scale for m in req.drift or (1.0,)) if scale != 1.0 else req.drift
+    engine = None
+    if req.engine is not None:
+        price = for_engine(req.engine, target, drafter.cost, 1, runtime=req.runtime)
+        target, drafter = price.target, _Drafter(drafter.source, price.drafter)
+        engine = price.engine
     model = _acceptance_model(req, drafter.source)
     tree = _tree(req, spec.name, drafter.source)
     acceptance = Acceptance(model, req.trace, req.seed, drift)
@@ -137,7 +146,7 @@ def run_simulation(req: SimulateRequest,
         acceptance.check(tree)
     link = Link(req.link_gbps, req.link_us) if req.draft_placement == "separate" else None
     temperature = 0.0 if req.trace is None else req.trace.temperature
-    pricer = BatchPricer(target, drafter.cost, drafter.source, link, temperature)
+    pricer = BatchPricer(target, drafter.cost, drafter.source, link, temperature, engine)
     colocated = [target] + ([drafter.cost] if drafter.cost is not None and link is None else [])
     capacity = kv_capacity(colocated)
     max_tree = 1 if req.policy == "none" else max(req.budget, tree.size if tree else 1)
@@ -169,6 +178,7 @@ def run_simulation(req: SimulateRequest,
     series = time_series(events, capacity)
     summary = {
         "hardware": profile.name, "target": spec.name, "runtime": target.runtime.name,
+        "engine": req.engine or DEFAULT_ENGINE,
         "tp": req.tp, "weight_bits": target.weight_bits,
         "drafter": drafter.cost.model.name if drafter.cost else req.drafter,
         "source": drafter.source, "system": req.system or "none",

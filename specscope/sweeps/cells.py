@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from specscope.hw_profiles import load_profile
+from specscope.hw_profiles.engine import DEFAULT_ENGINE, load_engine
 from specscope.models import get_model
 from specscope.sweeps.config import (
     NO_SYSTEM,
@@ -32,8 +33,8 @@ from specscope.trace.sources import NO_DRAFTER
 KEY_VERSION = 1
 """Part of every key: bump it when a cell's evaluation changes meaning, so nothing stale is
 reused."""
-ORDER = ("hardware", "runtime", "target", "tp", "weight_bits", "system", "drafter", "batch",
-         "rate", "method", "budget")
+ORDER = ("hardware", "runtime", "engine", "target", "tp", "weight_bits", "system", "drafter",
+         "batch", "rate", "method", "budget")
 """Enumeration order, outermost first: cells that share a pricing (hardware … batch) are
 neighbours, so a batch of cells reuses one pricing and one set of trees."""
 
@@ -64,6 +65,7 @@ class Cell:
     """sha256 of the hardware profile's file."""
     system: str = NO_SYSTEM
     system_options: tuple[tuple[str, Any], ...] = ()
+    engine: str = DEFAULT_ENGINE
 
     @cached_property
     def key(self) -> str:
@@ -74,13 +76,16 @@ class Cell:
         }
         if self.system == NO_SYSTEM:  # the keys of cells without a system are those before
             del params["system"], params["system_options"]  # systems existed
+        if self.engine == DEFAULT_ENGINE:  # and those on specscope's loop, before engines
+            del params["engine"]
         return digest(params)[:16]
 
     def columns(self) -> dict[str, Any]:
         """The parameter columns of the results table."""
         return {
             "mode": self.mode, "hardware": self.hardware, "runtime": self.runtime,
-            "target": self.target, "drafter": self.drafter, "method": self.method,
+            "engine": self.engine, "target": self.target, "drafter": self.drafter,
+            "method": self.method,
             "budget": self.budget, "batch": self.batch, "rate": self.rate, "tp": self.tp,
             "weight_bits": self.weight_bits, "context": self.context,
             "max_depth": self.max_depth, "acceptance": self.acceptance.label, "seed": self.seed,
@@ -128,6 +133,7 @@ def _cell(grid: Grid, config: SweepConfig, p: dict[str, Any],
     """The cell of grid point `p` with the system's `options`; `profile` is the hardware's
     (default runtime, file digest)."""
     default_runtime, digest_ = profile
+    engine = p["engine"] or DEFAULT_ENGINE
     acceptance = grid.acceptance(p["drafter"])
     if p["method"] == NO_DRAFTER:  # plain decoding: drafter and budget mean nothing
         p |= {"drafter": NO_DRAFTER, "budget": 1}
@@ -137,7 +143,7 @@ def _cell(grid: Grid, config: SweepConfig, p: dict[str, Any],
         seed = int(digest({"seed": seed, "rate": p["rate"], "workload": settings})[:8], 16)
     return Cell(
         mode=grid.mode, hardware=p["hardware"],
-        runtime=p["runtime"] or default_runtime,
+        runtime=p["runtime"] or load_engine(engine).target_runtime or default_runtime,
         target=p["target"], drafter=p["drafter"],
         source=grid.sources.get(p["drafter"], NO_DRAFTER),
         method=p["method"], budget=p["budget"],
@@ -147,4 +153,5 @@ def _cell(grid: Grid, config: SweepConfig, p: dict[str, Any],
         context=context, max_depth=grid.max_depth, acceptance=acceptance, seed=seed,
         simulation=settings if grid.mode == "simulate" else (),
         profile=digest_, system=p["system"] or NO_SYSTEM, system_options=options,
+        engine=engine,
     )

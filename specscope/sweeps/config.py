@@ -1,5 +1,5 @@
-"""The sweep config: a TOML grid over hardware × runtime × target × drafter × method × budget ×
-batch × arrival rate (and tensor parallelism and weight bits), read and checked.
+"""The sweep config: a TOML grid over hardware × runtime × engine × target × drafter × method ×
+budget × batch × arrival rate (and tensor parallelism and weight bits), read and checked.
 
     seed = 0                        # seeds of the simulations and of fitted predictors
     mode = "analytic"               # or "simulate"; every top-level key is a default for grids
@@ -17,7 +17,9 @@ batch × arrival rate (and tensor parallelism and weight bits), read and checked
     [[grid]]                        # one section per sub-grid; its keys override the defaults
     name = "gpus"
     hardware = ["h100", "a100"]     # every axis takes one value or a list
-    runtime = ["eager", "graph"]    # default: each profile's own
+    runtime = ["eager", "graph"]    # default: the engine's, else each profile's own
+    engine = ["specscope", "vllm"]  # software stacks (hw_profiles/data/engines); default
+                                    # specscope: the loop profile-hw measures on the profile
     target = ["llama-3.1-8b", "mamba2-2.7b"]
     drafter = ["llama-68m", "ngram"]  # catalogue draft models or ngram, suffix, recycle
     method = ["sequoia", "chain"]   # optimizer methods; simulate: also none, dyspec, specdecpp,
@@ -49,6 +51,7 @@ from typing import Any
 
 from specscope.errors import InputError
 from specscope.hw_profiles import load_profile
+from specscope.hw_profiles.engine import ENGINE_NAMES
 from specscope.hw_profiles.profile import profile_path
 from specscope.models import get_model, list_models
 from specscope.names import MODEL_FREE_SOURCES, RUNTIMES
@@ -62,8 +65,8 @@ from specscope.trace import Trace, drafting, read_trace
 from specscope.tree import acceptance_table
 
 MODES = ("analytic", "simulate")
-AXES = ("hardware", "runtime", "target", "drafter", "method", "budget", "batch", "rate", "tp",
-        "weight_bits", "system")
+AXES = ("hardware", "runtime", "engine", "target", "drafter", "method", "budget", "batch", "rate",
+        "tp", "weight_bits", "system")
 REQUIRED = ("hardware", "target", "drafter", "method", "budget")
 SETTINGS = ("mode", "seed", "context", "max_depth", "acceptance", "trace", "simulation",
             "system_options")
@@ -246,7 +249,7 @@ def _check_names(axes: dict[str, tuple[Any, ...]], methods: tuple[str, ...], fol
             load_profile(_hardware(h, folder))
         except InputError as exc:
             raise InputError(f"{where}hardware: {exc}") from None
-    choices = {"runtime": (None, *RUNTIMES), "method": methods,
+    choices = {"runtime": (None, *RUNTIMES), "engine": (None, *ENGINE_NAMES), "method": methods,
                "weight_bits": (None, *WEIGHT_BITS), "system": (None, NO_SYSTEM, *SYSTEMS)}
     for key, allowed in choices.items():
         for value in axes[key]:

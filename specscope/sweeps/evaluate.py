@@ -32,7 +32,8 @@ import polars as pl
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
-from specscope.hw_profiles.pricing import Pricing
+from specscope.hw_profiles.engine import DEFAULT_ENGINE
+from specscope.hw_profiles.pricing import Pricing, for_engine
 from specscope.models import get_model
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.optimizers.compare import (
@@ -56,7 +57,7 @@ from specscope.tree import Tree, acceptance_table, scaled_acceptance
 
 PARAMS: dict[str, pl.DataType] = {
     "key": pl.String(), "mode": pl.String(), "hardware": pl.String(), "runtime": pl.String(),
-    "target": pl.String(), "drafter": pl.String(), "method": pl.String(),
+    "engine": pl.String(), "target": pl.String(), "drafter": pl.String(), "method": pl.String(),
     "budget": pl.Int64(), "batch": pl.Int64(), "rate": pl.Float64(), "tp": pl.Int64(),
     "weight_bits": pl.Int64(), "context": pl.Int64(), "max_depth": pl.Int64(),
     "acceptance": pl.String(), "seed": pl.Int64(), "system": pl.String(),
@@ -135,7 +136,8 @@ def _simulated(cell: Cell, trace: Trace | None) -> dict[str, Any]:
         source=None if cell.drafter == NO_DRAFTER else cell.source,
         policy="static" if tree else cell.method, tree=tree, budget=cell.budget,
         max_depth=cell.max_depth, acceptance=cell.acceptance.vector, runtime=cell.runtime,
-        tp=cell.tp, weight_bits=cell.weight_bits, rate=float(cell.rate or 0.0),
+        engine=None if cell.engine == DEFAULT_ENGINE else cell.engine, tp=cell.tp,
+        weight_bits=cell.weight_bits, rate=float(cell.rate or 0.0),
         max_batch=cell.batch, seed=cell.seed, **dict(cell.simulation),
         system=None if cell.system == NO_SYSTEM else cell.system,
         system_options=dict(cell.system_options))
@@ -179,16 +181,17 @@ def _cost(hardware: str, model: str, runtime: str, tp: int = 1,
 @cache
 def _cached_pricing(hardware: str, runtime: str, target: str, drafter: str, tp: int,
                     weight_bits: int, context: int, batch: int, temperature: float,
-                    system: str, system_options: tuple[tuple[str, Any], ...]) -> Pricing:
+                    system: str, system_options: tuple[tuple[str, Any], ...],
+                    engine: str = DEFAULT_ENGINE) -> Pricing:
     if system != NO_SYSTEM:
         deployed = _deployed(hardware, runtime, target, drafter, tp, weight_bits, system,
                              system_options)
-        return Pricing(target=deployed.target, drafter=deployed.drafter, context_len=context,
-                       batch=batch, temperature=temperature)
-    return Pricing(
-        target=_cost(hardware, target, runtime, tp, weight_bits),
-        drafter=None if drafter in MODEL_FREE_SOURCES else _cost(hardware, drafter, runtime),
-        context_len=context, batch=batch, temperature=temperature)
+        models = deployed.target, deployed.drafter
+    else:
+        models = (_cost(hardware, target, runtime, tp, weight_bits),
+                  None if drafter in MODEL_FREE_SOURCES else _cost(hardware, drafter, runtime))
+    return for_engine(None if engine == DEFAULT_ENGINE else engine, *models, context, batch,
+                      runtime=runtime, temperature=temperature)
 
 
 @cache
@@ -209,7 +212,7 @@ def _pricing(cell: Cell, trace: Trace | None) -> Pricing:
     return _cached_pricing(cell.hardware, cell.runtime, cell.target, cell.drafter, cell.tp,
                            cell.weight_bits, cell.context or 0, cell.batch,
                            0.0 if trace is None else trace.temperature, cell.system,
-                           cell.system_options)
+                           cell.system_options, cell.engine)
 
 
 def _vector(cell: Cell, trace: Trace | None) -> np.ndarray:
