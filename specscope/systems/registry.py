@@ -14,6 +14,7 @@ from specscope.systems import (
     hierspec,
     judge,
     longspec,
+    model_free,
     s2d,
     specee,
     vispec,
@@ -33,6 +34,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
     arbitrage.SYSTEM,
     s2d.SYSTEM,
     fastdraft.SYSTEM,
+    *model_free.SYSTEMS,
 )}
 """The systems `reproduce`, `simulate` and `sweep` know."""
 SYSTEM_NAMES = tuple(SYSTEMS)
