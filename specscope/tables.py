@@ -131,20 +131,39 @@ def simulate_table(summary: dict[str, Any]) -> Table:
 
 
 def reproduce_table(rows: list[Any]) -> Table:
-    """`specscope reproduce`: per case, predicted against published and the relative error;
-    lossy systems and partial setups marked."""
+    """`specscope reproduce`: per case, the terms that carry the prediction, predicted against
+    published and the relative error; lossy systems and partial setups marked."""
     table = Table(title="seed systems: predicted against published", box=box.SIMPLE_HEAD,
                   caption="speedup over the case's baseline (autoregressive decoding of the same "
-                  "target unless noted); τ: tokens per step, bonus counted; ⚠: lossy, accepts "
-                  "beyond the target's distribution; †: partial setup, assumptions below")
-    for col in ("case", "system, hw", "τ", "predicted", "published", "rel err"):
-        left = col in ("case", "system, hw")
+                  "target unless noted); τ: tokens per step, bonus counted; ms per step: target "
+                  "verification, drafting, the loop's bookkeeping, other phases; base: the "
+                  "baseline's ms per token; ⚠: lossy, accepts beyond the target's distribution; "
+                  "†: partial setup, assumptions below")
+    for col in ("case", "system, hw, engine", "τ", "target", "draft", "book", "other", "base",
+                "predicted", "published", "rel err"):
+        left = col in ("case", "system, hw, engine")
         table.add_column(col, justify="left" if left else "right", overflow="fold",
-                         no_wrap=not left, min_width={"case": 14, "system, hw": 10}.get(col))
+                         no_wrap=not left,
+                         min_width={"case": 14, "system, hw, engine": 10}.get(col))
     for r in rows:
         p, case = r.prediction, r.case
         pred, pub = r.shown(0)
         name = case.name + (" †" if case.setup == "partial" else "")
-        table.add_row(name, f"{case.system}{' ⚠' if p.lossy else ''}\n{case.hw}",
-                      f"{p.tokens_per_step:.2f}", pred, pub, f"{r.rel_err:+.1%}")
+        engine = case.engine or "specscope"
+        if case.baseline_engine:
+            engine += f" / {case.baseline_engine}"
+        terms = [f"{v:.1f}" for v in r.terms_ms.values()]
+        table.add_row(name, f"{case.system}{' ⚠' if p.lossy else ''}\n{case.hw}\n{engine}",
+                      f"{p.tokens_per_step:.2f}", *terms, pred, pub, f"{r.rel_err:+.1%}")
+    return table
+
+
+def error_table(summaries: list[Any]) -> Table:
+    """`specscope reproduce`: |relative error| per system (family) and over every case."""
+    table = Table(title="|relative error| by family", box=box.SIMPLE_HEAD)
+    for col in ("family", "cases", "median", "p90", "worst", "lossy"):
+        table.add_column(col, justify="left" if col == "family" else "right")
+    for s in summaries:
+        table.add_row(s.group, str(s.cases), f"{s.median:.1%}", f"{s.p90:.1%}",
+                      f"{s.worst:.1%}", str(s.lossy))
     return table

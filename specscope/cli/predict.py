@@ -328,14 +328,19 @@ def reproduce(
 ) -> None:
     """Each paper's setup priced by its system, against what the paper published: predicted
     and published speedup, relative error, source and assumptions per case."""
+    from specscope.systems.reproduce import provenance, summarise
     from specscope.systems.reproduce import reproduce as run
-    from specscope.tables import reproduce_table
+    from specscope.tables import error_table, reproduce_table
 
     rows = run(scenarios)
     _emit([r.to_dict() for r in rows], as_json, output)
     if as_json:
         return
     console.print(reproduce_table(rows))
+    console.print(error_table(summarise(rows)))
     for r in rows:
         console.print(f"[bold]{r.case.name}[/bold] ({r.case.source or 'no source given'}): "
                       + "; ".join(r.prediction.assumptions))
+    console.print("[bold]Engines and hosts[/bold] (where each parameter comes from):")
+    for line in provenance(rows):
+        console.print(f"  {line}", highlight=False, markup=False)

@@ -231,6 +231,13 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     sources = data.get("sources", {})
     if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
         raise InputError(f"{where}: [sources] must map keys to strings")
+    needed = [k for k in table if k not in _LOOP_SETTINGS]
+    needed += ["loop"] if from_profile else []
+    needed += ["host_layer_ratio"] if ratio != 1.0 else []
+    unsourced = [k for k in needed if k not in sources and (k == "loop" or "loop" not in sources)]
+    if unsourced:
+        raise InputError(f"{where}: [sources] says nothing of {unsourced[0]!r} (a source, or "
+                         "\"assumed: …\")")
     return Engine(name=data["name"], description=data["description"],
                   target_runtime=runtimes["target_runtime"],
                   draft_runtime=runtimes["draft_runtime"],

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from specscope.errors import InputError
 from specscope.systems.case import Case, case_from_table, read_case_tables
 from specscope.systems.registry import SYSTEMS
@@ -56,11 +58,25 @@ class Reproduced:
         predicted, published = self.figures
         return predicted / published - 1.0
 
+    @property
+    def terms_ms(self) -> dict[str, float]:
+        """The terms that carry the prediction, in ms: the target's verification ("target"),
+        drafting, the loop's bookkeeping, every other phase together, and the baseline's time
+        per token, so a miss can be traced to one of them."""
+        parts = dict(self.prediction.parts)
+        target = parts.pop("verify", 0.0) + parts.pop("target", 0.0)
+        draft = parts.pop("draft", 0.0)
+        book = parts.pop("bookkeeping", 0.0)
+        return {"target": target * 1e3, "draft": draft * 1e3, "bookkeeping": book * 1e3,
+                "other": sum(parts.values()) * 1e3,
+                "baseline": self.prediction.baseline_s * 1e3}
+
     def to_dict(self) -> dict[str, Any]:
         """The `--json` record of this case."""
         case, p = self.case, self.prediction
         return {
             "name": case.name, "system": case.system, "hw": case.hw, "target": case.target,
+            "engine": case.engine, "baseline_engine": case.baseline_engine,
             "draft": case.draft, "predicted_speedup": self.predicted_speedup,
             "published_speedup": case.published_speedup,
             "predicted_tokens_per_s": p.tokens_per_s,
@@ -120,3 +136,51 @@ def predict_case(case: Case) -> Prediction:
 def reproduce(path: str | Path) -> list[Reproduced]:
     """Every case under `path` (a TOML file or a folder of them), predicted."""
     return [Reproduced(case, predict_case(case)) for case in read_cases(path)]
+
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    """|relative error| over a group of cases: count, median, p90 and worst, and how many
+    are lossy."""
+
+    group: str
+    cases: int
+    median: float
+    p90: float
+    worst: float
+    lossy: int
+
+
+def provenance(rows: list[Reproduced]) -> list[str]:
+    """Where every engine and host parameter the cases priced comes from, one line each
+    (engine key: source, or "assumed: …"; a profile's host and its speed)."""
+    from specscope.hw_profiles import load_profile
+    from specscope.hw_profiles.engine import DEFAULT_ENGINE, load_engine
+
+    lines = []
+    engines = sorted({n for r in rows for n in (r.case.engine or DEFAULT_ENGINE,
+                                                 r.case.baseline_engine) if n})
+    for name in engines:
+        engine = load_engine(name)
+        lines += [f"engine {name}: {key}: {text}" for key, text in engine.sources.items()]
+    for hw in sorted({r.case.hw for r in rows}):
+        profile = load_profile(hw)
+        host = (f"{profile.host_cpu}, single-thread speed {profile.host_speed:g} "
+                f"({profile.host_source})" if profile.host_source
+                else "not stated: speed 1, the host its runtimes were measured on")
+        lines.append(f"host of {hw}: {host}")
+    return lines
+
+
+def summarise(rows: list[Reproduced]) -> list[ErrorSummary]:
+    """One summary per system (family), then one over every case ("all")."""
+    groups: dict[str, list[Reproduced]] = {}
+    for r in rows:
+        groups.setdefault(r.case.system, []).append(r)
+    out = []
+    for name, members in [*sorted(groups.items()), ("all", rows)]:
+        errors = np.abs([r.rel_err for r in members])
+        out.append(ErrorSummary(name, len(members), float(np.median(errors)),
+                                float(np.percentile(errors, 90)), float(errors.max()),
+                                sum(r.prediction.lossy for r in members)))
+    return out
