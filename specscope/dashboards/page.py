@@ -22,7 +22,11 @@ from specscope.dashboards.hardware import hardware_section
 from specscope.dashboards.load import Results, load_results
 from specscope.dashboards.serving import serving_section
 from specscope.dashboards.style import FONT, Section
-from specscope.dashboards.systems import reproduce_section, systems_hardware_section
+from specscope.dashboards.systems import (
+    families_section,
+    reproduce_section,
+    systems_hardware_section,
+)
 from specscope.dashboards.trees import trees_section
 from specscope.dashboards.validation import validation_section
 from specscope.errors import InputError
@@ -30,6 +34,7 @@ from specscope.errors import InputError
 SECTIONS: tuple[Callable[[Results], Section], ...] = (
     pareto_section, size_section, trees_section, acceptance_section, serving_section,
     validation_section, hardware_section, systems_hardware_section, reproduce_section,
+    families_section,
 )
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 CSS = f"""

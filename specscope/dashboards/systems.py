@@ -16,7 +16,7 @@ from specscope.dashboards.style import Section, finish
 from specscope.errors import InputError
 from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.profile import list_profiles
-from specscope.systems.reproduce import Reproduced, predict_case
+from specscope.systems.reproduce import Reproduced, predict_case, summarise
 
 REPRODUCE_GUIDE = (
     "Each row is one setup a paper published, priced by specscope's mechanism for that system "
@@ -26,6 +26,12 @@ REPRODUCE_GUIDE = (
     "Lossy systems (judge, arbitrage) accept beyond the target's distribution and are marked; "
     "setup “partial” means the paper did not state everything the price needs (assumptions in "
     "`specscope reproduce`)."
+)
+FAMILIES_GUIDE = (
+    "The relative error of every published case, grouped by the system that prices it: a "
+    "family whose median is far from 0 has a mechanism specscope does not price (the terms of "
+    "each case, and where each engine's and host's numbers come from, are in `specscope "
+    "reproduce`)."
 )
 HARDWARE_GUIDE = (
     "The same published setups priced again on every hardware profile (rows), at the runtime "
@@ -55,6 +61,24 @@ def reproduce_section(results: Results) -> Section:
     files = tuple(sorted({results.name(Path(c.where)) for c in results.scenarios}))
     return Section("reproduce", title, REPRODUCE_GUIDE,
                    finish(fig, height=40 + 28 * len(rows)), files)
+
+
+def families_section(results: Results) -> Section:
+    """|relative error| of the folder's scenarios by system (family) and over all of them."""
+    title = "Seed systems: error by family (specscope reproduce)"
+    if not results.scenarios:
+        return Section("families", title, FAMILIES_GUIDE,
+                       note="needs paper scenario TOMLs ([[case]] tables, examples/papers/)")
+    summaries = summarise([Reproduced(case, predict_case(case)) for case in results.scenarios])
+    rows = [(s.group, s.cases, f"{s.median:.1%}", f"{s.p90:.1%}", f"{s.worst:.1%}", s.lossy)
+            for s in summaries]
+    fig = go.Figure(go.Table(
+        header={"values": ["family", "cases", "median |err|", "p90", "worst", "lossy"],
+                "align": "left"},
+        cells={"values": list(zip(*rows, strict=True)), "align": "left"}))
+    files = tuple(sorted({results.name(Path(c.where)) for c in results.scenarios}))
+    return Section("families", title, FAMILIES_GUIDE, finish(fig, height=40 + 28 * len(rows)),
+                   files)
 
 
 def systems_hardware_section(results: Results) -> Section:
