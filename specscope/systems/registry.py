@@ -12,11 +12,16 @@ from specscope.systems import (
     fastdraft,
     head,
     hierspec,
+    hydra,
     judge,
+    kangaroo,
     longspec,
+    medusa,
     model_free,
     s2d,
+    specdecpp,
     specee,
+    swift,
     vispec,
 )
 from specscope.systems.base import System, SystemCosts
@@ -35,6 +40,11 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
     s2d.SYSTEM,
     fastdraft.SYSTEM,
     *model_free.SYSTEMS,
+    medusa.SYSTEM,
+    hydra.SYSTEM,
+    swift.SYSTEM,
+    kangaroo.SYSTEM,
+    specdecpp.SYSTEM,
 )}
 """The systems `reproduce`, `simulate` and `sweep` know."""
 SYSTEM_NAMES = tuple(SYSTEMS)
