@@ -46,6 +46,9 @@ def cost(
     group_size: Annotated[int, typer.Option(help="Weights per 4-bit quantisation group.")] = 128,
     runtime: PricedRuntime = None,
     engine: EngineName = None,
+    offload: Annotated[float, typer.Option(help="Fraction of the weights kept in host memory "
+                                               "and streamed over the host link every "
+                                               "forward.")] = 0.0,
     tree_attention: TreeAttention = "split",
     system: SystemName = None,
     system_options: SystemOptions = None,
@@ -69,11 +72,13 @@ def cost(
         if draft or images:
             raise InputError(f"{'--draft' if draft else '--images'} needs --system")
         cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
-                       group_size=group_size, runtime=runtime, tree_attention=tree_attention)
+                       group_size=group_size, runtime=runtime, tree_attention=tree_attention,
+                       offload=offload)
     else:
-        if tree_attention != "split" or group_size != 128:
-            raise InputError("--tree-attention and --group-size price the plain model; a "
-                             "--system deploys its own (split attention, 128-weight groups)")
+        if tree_attention != "split" or group_size != 128 or offload:
+            raise InputError("--tree-attention, --group-size and --offload price the plain "
+                             "model; a --system deploys its own (split attention, 128-weight "
+                             "groups, no offloading)")
         deployed = deploy(system, hw, model, draft=draft, weight_bits=weight_bits, tp=tp,
                           runtime=runtime, images=images, options=options)
         cm, drafter = deployed.target, deployed.drafter

@@ -83,12 +83,18 @@ class CostModel:
     int8 peak; 8-bit weights then need no dequantisation, 4-bit ones still unpack at the int4
     rate; the per-token activation quantisation is an elementwise pass, left out).
     `quant_lm_head` False keeps the lm_head at 16 bits (GPTQ/Marlin checkpoints).
+    `offload` is the fraction of the weights kept in host memory and streamed to the device
+    over its host link (`host_link_gbs`) in every forward, as offloading engines (FlexGen,
+    Sequoia's and SpecInfer's offloading runs) do; with `offload_overlap` the stream runs under
+    the forward's compute (layer by layer, prefetching the next), so the device takes the
+    longer of the two, else they add.
     """
 
     def __init__(self, hw: HardwareProfile, model: ModelSpec, weight_bits: int | None = None,
                  tp: int = 1, group_size: int = 128, runtime: str | None = None,
                  tree_attention: str = "split", act_bits: int = 16,
-                 quant_lm_head: bool = True) -> None:
+                 quant_lm_head: bool = True, offload: float = 0.0,
+                 offload_overlap: bool = True) -> None:
         bits = model.weight_bits if weight_bits is None else weight_bits
         bytes_per_weight(bits, group_size)
         if act_bits not in (16, 8):
@@ -101,6 +107,12 @@ class CostModel:
         if tree_attention not in TREE_ATTENTION:
             raise InputError(f"--tree-attention must be one of {', '.join(TREE_ATTENTION)}, "
                              f"got {tree_attention!r}")
+        if not 0.0 <= offload <= 1.0:
+            raise InputError(f"offload = {offload} must be a fraction of the weights in [0, 1]")
+        if offload > 0 and hw.host_link_bandwidth <= 0:
+            raise InputError(f"profile {hw.name} states no host link ([interconnect] "
+                             "host_link_gbs) to stream offloaded weights over")
+        self.offload, self.offload_overlap = offload, offload_overlap
         self.hw, self.model = hw, model
         self.runtime: RuntimeParams = hw.runtime(runtime)
         self.weight_bits, self.tp, self.group_size = bits, tp, group_size
@@ -113,7 +125,8 @@ class CostModel:
         return cls(self.hw, self.model, weight_bits=self.weight_bits, tp=self.tp,
                    group_size=self.group_size, runtime=self.runtime.name,
                    tree_attention=self.tree_attention, act_bits=self.act_bits,
-                   quant_lm_head=self.quant_lm_head, **extra)
+                   quant_lm_head=self.quant_lm_head, offload=self.offload,
+                   offload_overlap=self.offload_overlap, **extra)
 
     def under(self, runtime: str | None = None, tree_attention: str | None = None,
               host_layer_ratio: float = 1.0) -> CostModel:
@@ -238,6 +251,9 @@ class CostModel:
         device = sum(self.extras(ops).values())
         for op in ops:
             device = device + self.op_time(op, new_tokens, context_len)[0]
+        if self.offload > 0:
+            stream = self.offloaded_bytes / self.hw.host_link_bandwidth
+            device = np.maximum(device, stream) if self.offload_overlap else device + stream
         total = np.maximum(host, device) if self.hw.kind == "gpu" else host + device
         return np.asarray(total)
 
@@ -293,11 +309,18 @@ class CostModel:
                                   depth=depth, leaves=leaves)
         return _scalar_or_array(roof)
 
+    @property
+    def offloaded_bytes(self) -> float:
+        """Bytes of weights each device streams from host memory per forward (`offload`)."""
+        return self.offload * weight_bytes(self.model, self.weight_bits, self.group_size) / self.tp
+
     def memory_bytes(self, batch: int, tokens: int) -> float:
-        """Bytes of weights, KV cache and SSM state for `batch` sequences of `tokens` tokens."""
+        """Bytes of device-resident weights, KV cache and SSM state for `batch` sequences of
+        `tokens` tokens (offloaded weights live in host memory)."""
         spec = self.model
         cache = batch * (tokens * kv_bytes_per_token(spec) + ssm_state_bytes(spec))
-        return weight_bytes(spec, self.weight_bits, self.group_size) + cache
+        return (1.0 - self.offload) * weight_bytes(spec, self.weight_bits, self.group_size) \
+            + cache
 
     def report(self, batch: int, new_tokens: int, context_len: int) -> dict[str, Any]:
         """A JSON-ready summary of one forward: time (ms), source, per-operator roofline, memory."""
@@ -313,6 +336,8 @@ class CostModel:
             })
         extras = {f"{k}_ms": float(v) * 1e3 for k, v in self.extras(ops).items()}
         extras["host_ms"] = float(self.host_time(context_len)) * 1e3
+        if self.offload:
+            extras["offload_stream_ms"] = self.offloaded_bytes / self.hw.host_link_bandwidth * 1e3
         memory = self.memory_bytes(batch, context_len + int(new_tokens))
         return {
             "hw": self.hw.name, "runtime": self.runtime.name,

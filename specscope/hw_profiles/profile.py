@@ -62,7 +62,9 @@ class HardwareProfile:
 
     kind: "gpu" or "cpu"; peak_flops: dense FLOP/s by number format ("bf16", "int8", "fp8"; 0 =
     unsupported); memory_bytes / bandwidth: device memory and its bandwidth (bytes, bytes/s);
-    link_bandwidth: scale-up interconnect bytes/s per direction; runtimes: the priced runtimes
+    link_bandwidth: scale-up interconnect bytes/s per direction; host_link_bandwidth: the
+    device's link to host memory (PCIe) bytes/s per direction, what offloaded weights stream
+    over (0: not stated); runtimes: the priced runtimes
     and their parameters, default_runtime the one its anchors were measured under;
     dequant_s_per_weight: seconds per weight element dequantised, by weight bits, once per
     `dequant_tile` tokens; allreduce_latency_s: fixed cost of one all-reduce; max_tp: largest
@@ -110,6 +112,7 @@ class HardwareProfile:
     draft_node_host_s: float = 0.0
     dyspec_node_host_s: float = 0.0
     stop_rule_s: float = 0.0
+    host_link_bandwidth: float = 0.0
     host_cpu: str = ""
     """The box's usual host CPU (or the one a paper ran), `[host] cpu`."""
     host_speed: float = 1.0
@@ -286,6 +289,7 @@ def load_profile(name: str | Path) -> HardwareProfile:
         draft_node_host_s=_optional(data, "speculation", "node_us", path) * 1e-6,
         dyspec_node_host_s=_optional(data, "speculation", "dyspec_node_us", path) * 1e-6,
         stop_rule_s=_optional(data, "speculation", "stop_rule_us", path) * 1e-6,
+        host_link_bandwidth=_optional(data, "interconnect", "host_link_gbs", path) * 1e9,
         **_host(data, path),
     )
 

@@ -12,6 +12,8 @@ apply: a tree is tokens per drafted level, `"4,16,16,16,16"`, root not counted):
     draft, weight_bits, act_bits, batch, context, new_tokens, tree, runtime, images, tp,
     baseline, baseline_tau, source, setup ("complete" or "partial")
     engine, baseline_engine, draft_runtime, tree_attention
+    offload                         fraction of the target's weights streamed from host memory
+                                    every forward (docs/hardware.md#weight-offloading)
                                     the software the paper ran (hw_profiles/data/engines:
                                     runtimes, tree attention, the loop's host work), the one
                                     its baseline ran if another (stock `transformers.generate`
@@ -72,6 +74,7 @@ class Case:
     baseline_engine: str | None = None
     draft_runtime: str | None = None
     tree_attention: str | None = None
+    offload: float = 0.0
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -96,6 +99,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "batch": int, "context": int, "new_tokens": int, "tree": str, "runtime": str, "images": int,
     "tp": int, "baseline": str, "baseline_tau": (int, float), "source": str, "setup": str,
     "engine": str, "baseline_engine": str, "draft_runtime": str, "tree_attention": str,
+    "offload": (int, float),
 }
 """The shared keys and their TOML types."""
 
@@ -132,7 +136,7 @@ def case_from_table(table: Mapping[str, Any], where: str, options: Mapping[str, 
         raise InputError(f"{label}: give published_speedup or published_tokens_per_s")
     if "tree" in shared:
         shared["tree"] = parse_tree(shared["tree"], label)
-    for key in ("tau", "baseline_tau", "published_speedup", "published_tokens_per_s"):
+    for key in ("tau", "baseline_tau", "published_speedup", "published_tokens_per_s", "offload"):
         if key in shared:
             shared[key] = float(shared[key])
     case = Case(where=where, options=own, **shared)
@@ -195,6 +199,8 @@ def _check(case: Case) -> None:
     for key in ("context", "images"):
         if getattr(case, key) < 0:
             raise case.fail(f"{key} = {getattr(case, key)} must not be negative")
+    if not 0.0 <= case.offload <= 1.0:
+        raise case.fail(f"offload = {case.offload:g} must be a fraction in [0, 1]")
     if case.act_bits not in (16, 8):
         raise case.fail(f"act_bits = {case.act_bits} must be 16 or 8")
     if case.setup not in SETUPS:
