@@ -138,7 +138,8 @@ def predict(case: Case) -> Prediction:
     parts = tree_step(plain, case.tree, c.source)
     if c.lossy:
         n, context = depth + 1, plain.context_len
-        parts["judge"] = float(c.target.verify_time(n, context, batch=case.batch)
+        judging = pricing(case, c.target, c.drafter).target  # on the case's engine too
+        parts["judge"] = float(judging.verify_time(n, context, batch=case.batch)
                                - plain.target.verify_time(n, context, batch=case.batch))
     j = judge_rate(case)
     return Prediction(

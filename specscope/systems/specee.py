@@ -206,7 +206,8 @@ def predict(case: Case) -> Prediction:
         parts = tree_step(exiting, case.tree, c.source)
         tokens = case.tokens_per_step
     else:  # the head runs only to give the predictors their candidates
-        parts = {"verify": float(e.forward_time(case.batch, 1, exiting.context_len))}
+        parts = {"verify": float(exiting.target.forward_time(case.batch, 1,
+                                                             exiting.context_len))}
         if e.predictors and c.drafter is not None:
             parts["draft"] = exiting.level_s(c.source)
         tokens = 1.0

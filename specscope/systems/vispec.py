@@ -40,6 +40,7 @@ the case's mean decoding context.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from specscope.models import get_model
@@ -148,7 +149,8 @@ def predict(case: Case) -> Prediction:
         "one-layer EAGLE head with a 16-bit LM head over the full vocabulary",
     ]
     if case.options.get("timed_prefill", True):
-        plain, ours = prefill_s(case, c, spec)
+        on_engine = dataclasses.replace(c, target=target_at.target, drafter=target_at.drafter)
+        plain, ours = prefill_s(case, on_engine, spec)
         parts["prefill"] = ours * case.tokens_per_step / case.new_tokens
         baseline += plain / case.new_tokens
         assumptions.append(f"timed prefill: {ours * 1e3:.1f} ms (autoregressive "
