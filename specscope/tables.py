@@ -158,11 +158,12 @@ def reproduce_table(rows: list[Any]) -> Table:
     return table
 
 
-def error_table(summaries: list[Any]) -> Table:
-    """`specscope reproduce`: |relative error| per system (family) and over every case."""
-    table = Table(title="|relative error| by family", box=box.SIMPLE_HEAD)
-    for col in ("family", "cases", "median", "p90", "worst", "lossy"):
-        table.add_column(col, justify="left" if col == "family" else "right")
+def error_table(summaries: list[Any], by: str = "family") -> Table:
+    """`specscope reproduce`: |relative error| per group (`by`: family or engine) and over
+    every case."""
+    table = Table(title=f"|relative error| by {by}", box=box.SIMPLE_HEAD)
+    for col in (by, "cases", "median", "p90", "worst", "lossy"):
+        table.add_column(col, justify="left" if col == by else "right")
     for s in summaries:
         table.add_row(s.group, str(s.cases), f"{s.median:.1%}", f"{s.p90:.1%}",
                       f"{s.worst:.1%}", str(s.lossy))

@@ -343,6 +343,7 @@ def reproduce(
         return
     console.print(reproduce_table(rows))
     console.print(error_table(summarise(rows)))
+    console.print(error_table(summarise(rows, by="engine"), by="engine"))
     for r in rows:
         console.print(f"[bold]{r.case.name}[/bold] ({r.case.source or 'no source given'}): "
                       + "; ".join(r.prediction.assumptions))

@@ -172,11 +172,17 @@ def provenance(rows: list[Reproduced]) -> list[str]:
     return lines
 
 
-def summarise(rows: list[Reproduced]) -> list[ErrorSummary]:
-    """One summary per system (family), then one over every case ("all")."""
+def summarise(rows: list[Reproduced], by: str = "system") -> list[ErrorSummary]:
+    """One summary per value of `by` ("system": the family; "engine": the stack the case ran,
+    specscope when it names none), then one over every case ("all")."""
+    from specscope.hw_profiles.engine import DEFAULT_ENGINE
+
+    def key(r: Reproduced) -> str:
+        return r.case.system if by == "system" else r.case.engine or DEFAULT_ENGINE
+
     groups: dict[str, list[Reproduced]] = {}
     for r in rows:
-        groups.setdefault(r.case.system, []).append(r)
+        groups.setdefault(key(r), []).append(r)
     out = []
     for name, members in [*sorted(groups.items()), ("all", rows)]:
         errors = np.abs([r.rel_err for r in members])
