@@ -53,3 +53,38 @@ def test_a_profile_without_a_host_link_cannot_offload() -> None:
     hw = dataclasses.replace(load_profile("a100"), host_link_bandwidth=0.0)
     with pytest.raises(InputError, match="host_link_gbs"):
         CostModel(hw, get_model("llama-2-7b"), offload=0.5)
+
+
+def test_optimize_tree_chooses_bigger_trees_when_weights_stream() -> None:
+    from specscope.optimizers.run import OptimizeRequest, run_optimize
+
+    def best_speedup(offload: float, budget: int) -> float:
+        result = run_optimize(OptimizeRequest(
+            hw="l40", target="llama-2-70b", drafter="llama-3.2-1b",
+            acceptance=[0.7, 0.15, 0.05, 0.03], algos="sequoia", budget=budget,
+            offload=offload))
+        return result.comparison.scores[0].speedup
+
+    # streaming every forward makes verification nearly free, so a big tree gains more
+    resident = best_speedup(0.0, 128) / best_speedup(0.0, 8)
+    streamed = best_speedup(0.9, 128) / best_speedup(0.9, 8)
+    assert streamed > resident > 1.0
+
+
+def test_simulate_refuses_offload_with_a_system() -> None:
+    from specscope.simulator.run import SimulateRequest, run_simulation
+
+    with pytest.raises(InputError, match="--offload prices the plain target"):
+        run_simulation(SimulateRequest(hw="a100", target="llama-2-7b", rate=1.0, requests=2,
+                                       seed=0, offload=0.5, system="head"))
+
+
+def test_simulate_serves_an_offloaded_target_slower() -> None:
+    from specscope.simulator.run import SimulateRequest, run_simulation
+
+    def tpot(offload: float) -> float:
+        return run_simulation(SimulateRequest(
+            hw="a100", target="llama-2-7b", rate=1.0, requests=5, seed=0,
+            offload=offload)).summary["mean_tpot_ms"]
+
+    assert tpot(0.5) > 2 * tpot(0.0)

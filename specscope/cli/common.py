@@ -49,6 +49,10 @@ EngineName = Annotated[str | None, typer.Option(
                      "attention, the speculative loop's host work, the baseline's stack); "
                      "default: specscope's own loop as profiled on the hardware."),
     Choices("specscope.hw_profiles.engine:ENGINE_NAMES")]
+Offload = Annotated[float, typer.Option(
+    "--offload", help="Fraction of the target's weights kept in host memory and streamed over "
+                      "the profile's host link every forward (docs/hardware.md#weight-"
+                      "offloading).")]
 TreeAttention = Annotated[str, typer.Option(
     "--tree-attention", help="split: prefix read once, tree block masked; dense: one mask "
                              "over prefix and tree."),

@@ -13,6 +13,7 @@ from specscope.cli.common import (
     EngineName,
     Hw,
     Images,
+    Offload,
     PricedRuntime,
     Seed,
     SystemName,
@@ -46,9 +47,7 @@ def cost(
     group_size: Annotated[int, typer.Option(help="Weights per 4-bit quantisation group.")] = 128,
     runtime: PricedRuntime = None,
     engine: EngineName = None,
-    offload: Annotated[float, typer.Option(help="Fraction of the weights kept in host memory "
-                                               "and streamed over the host link every "
-                                               "forward.")] = 0.0,
+    offload: Offload = 0.0,
     tree_attention: TreeAttention = "split",
     system: SystemName = None,
     system_options: SystemOptions = None,
@@ -143,6 +142,7 @@ def optimize_tree(
     seed: Annotated[int, typer.Option(help="Seed of the fitted predictors.")] = 0,
     runtime: PricedRuntime = None,
     engine: EngineName = None,
+    offload: Offload = 0.0,
     tree_attention: TreeAttention = "split",
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
@@ -177,6 +177,7 @@ def optimize_tree(
         ),
         runtime=runtime,
         engine=engine,
+        offload=offload,
         tree_attention=tree_attention,
     )
     result = run_optimize(request)
@@ -210,6 +211,7 @@ def simulate(
     max_depth: Annotated[int, typer.Option(help="Depth cap of the dynamic policies.")] = 12,
     runtime: PricedRuntime = None,
     engine: EngineName = None,
+    offload: Offload = 0.0,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree of the target.")] = 1,
     weight_bits: WeightBits = None,
     max_batch: Annotated[int, typer.Option(help="Sequences per step.")] = 32,
@@ -269,7 +271,8 @@ def simulate(
         budget=budget, max_depth=max_depth,
         acceptance=None if acceptance is None else tuple(_csv_floats(acceptance,
                                                                      "--acceptance")),
-        runtime=runtime, engine=engine, tp=tp, weight_bits=weight_bits, rate=rate,
+        runtime=runtime, engine=engine, offload=offload, tp=tp, weight_bits=weight_bits,
+        rate=rate,
         requests=requests,
         max_batch=max_batch, token_budget=token_budget, chunked_prefill=chunked_prefill,
         replicas=replicas, router=router, workload=workload, fork_branches=fork_branches,

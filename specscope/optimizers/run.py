@@ -52,6 +52,7 @@ class OptimizeRequest:
     runtime: str | None = None
     tree_attention: str = "split"
     engine: str | None = None
+    offload: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -135,11 +136,12 @@ def run_optimize(req: OptimizeRequest) -> OptimizeResult:
     priced = drafter_spec(chosen.model, get_model(target), chosen.kept_layers, source)
     drafter = chosen.drafter or (priced.name if priced else NO_DRAFTER)
 
-    def cost_model(spec: ModelSpec) -> CostModel:
-        return CostModel(profile, spec, runtime=req.runtime, tree_attention=req.tree_attention)
+    def cost_model(spec: ModelSpec, offload: float = 0.0) -> CostModel:
+        return CostModel(profile, spec, runtime=req.runtime, tree_attention=req.tree_attention,
+                         offload=offload)
 
     pricing = for_engine(
-        req.engine, cost_model(get_model(target)),
+        req.engine, cost_model(get_model(target), req.offload),
         None if priced is None else cost_model(priced), int(context),
         temperature=0.0 if trace is None else trace.temperature,
     )

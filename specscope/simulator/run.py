@@ -67,6 +67,8 @@ class SimulateRequest:
     runtime: str | None = None
     engine: str | None = None
     """The software stack priced (hw_profiles/data/engines; None: specscope's own loop)."""
+    offload: float = 0.0
+    """Fraction of the target's weights streamed from host memory every forward."""
     tp: int = 1
     weight_bits: int | None = None
     rate: float = 1.0
@@ -127,7 +129,7 @@ def run_simulation(req: SimulateRequest,
     deployed = _deploy(req, spec)
     if deployed is None:
         target = CostModel(profile, spec, weight_bits=req.weight_bits, tp=req.tp,
-                           runtime=req.runtime)
+                           runtime=req.runtime, offload=req.offload)
         drafter = _drafter(req, profile, spec)
         drift = req.drift
     else:
@@ -205,6 +207,9 @@ def _check(req: SimulateRequest) -> None:
         raise InputError(f"--budget {req.budget} exceeds --token-budget {req.token_budget}")
     if req.max_depth < 0:
         raise InputError(f"--max-depth must be ≥ 0, got {req.max_depth}")
+    if req.offload and req.system is not None:
+        raise InputError("--offload prices the plain target; a --system deploys its own "
+                         "(no offloading)")
     if req.draft_placement not in PLACEMENTS:
         raise InputError(f"--draft-placement must be one of {', '.join(PLACEMENTS)}, "
                          f"got {req.draft_placement!r}")
