@@ -142,6 +142,32 @@ def test_analytic_cells_equal_optimize_tree_at_the_same_budget(tmp_path: Path) -
             assert row["tree_size"].item() == score.n
 
 
+def test_engine_cells_equal_optimize_tree_on_that_engine(tmp_path: Path) -> None:
+    config = _write(tmp_path, """
+        acceptance = [0.55, 0.12, 0.05, 0.03]
+        [[grid]]
+        hardware = "a100"
+        engine = ["specscope", "research-hf", "gpt-fast"]
+        target = "llama-2-7b"
+        drafter = "llama-68m"
+        method = ["sequoia", "chain"]
+        budget = 8
+        """)
+    table = run_sweep(config, output=tmp_path / "out.parquet").table
+    assert table.height == 6 and set(table["engine"]) == {"specscope", "research-hf", "gpt-fast"}
+    skipped = table.filter(pl.col("status") == "skipped")
+    assert skipped.select("engine", "method").rows() == [("gpt-fast", "sequoia")]
+    assert "verifies chains only" in skipped["reason"].item()
+    for engine in ("research-hf", "gpt-fast"):
+        expected = run_optimize(OptimizeRequest(
+            hw="a100", acceptance=[0.55, 0.12, 0.05, 0.03], target="llama-2-7b",
+            drafter="llama-68m", algos="chain", budget=8, engine=engine))
+        row = table.filter(pl.col("engine") == engine, pl.col("method") == "chain")
+        assert row["runtime"].item() == expected.runtime
+        assert row["speedup"].item() == pytest.approx(expected.comparison.scores[0].speedup,
+                                                      rel=1e-12)
+
+
 def test_trace_cells_replay_the_trace_and_run_every_method(tmp_path: Path) -> None:
     write_trace(synth_trace(requests=6, seed=3, length=96), tmp_path / "trace.parquet")
     config = _write(tmp_path, """
