@@ -50,15 +50,15 @@ def test_tiny_run_writes_a_profile_that_load_profile_finds_and_cost_model_prices
         "tiny-box", "cpu", "eager", ["eager"])
     assert hw.runtimes["eager"].origin.startswith("fitted by profile-hw on ")
     assert hw.peak_flops["bf16"] > 1e9 and hw.bandwidth > 1e8
-    assert set(hw.drafter_s) == {"ngram", "suffix", "recycle", "goose"}
-    assert all(0 < s < 0.1 for s in hw.drafter_s.values())
-    assert 0 < hw.speculation_step_s < 0.1 and 0 <= hw.draft_level_host_s < 0.1
+    assert set(hw.loop.drafter) == {"ngram", "suffix", "recycle", "goose"}
+    assert all(0 < s < 0.1 for s in hw.loop.drafter.values())
+    assert 0 < hw.loop.step < 0.1 and 0 <= hw.loop.level < 0.1
     # the sampled rule works on probabilities: it costs more host time than the greedy one
-    assert hw.sampled_verify_host_s > hw.verify_host_s > 0
-    assert 0 <= hw.draft_cold_s < 0.01 and 0 <= hw.verify_cold_s < 0.01
-    assert 0 <= hw.draft_node_host_s < 0.01 and 0 <= hw.dyspec_node_host_s < 0.01
+    assert hw.loop.sampled_verify > hw.loop.verify > 0
+    assert 0 <= hw.loop.draft_cold < 0.01 and 0 <= hw.loop.verify_cold < 0.01
+    assert 0 <= hw.loop.node < 0.01 and 0 <= hw.loop.dyspec_node < 0.01
     # SpecDec++'s stop check (features and the predictor, every drafted token) costs host time
-    assert 0 < hw.stop_rule_s < 0.01
+    assert 0 < hw.loop.stop_rule < 0.01
     # every step and prompt measured is a [[measured]] table of the eager runtime
     contexts = {(m.model, m.context) for m in hw.measured}
     assert contexts == {(m, c) for m in TINY.models for c in (0, *TINY.contexts)}

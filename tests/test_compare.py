@@ -56,12 +56,13 @@ def test_hardware_aware_choice_prefers_small_trees_on_the_edge_cpu() -> None:
 def test_pricing_adds_the_loop_slowdowns_and_the_sampled_rule_where_they_are_paid() -> None:
     import dataclasses
 
-    base = dataclasses.replace(load_profile("cpu-2core"), draft_cold_s=0.0, verify_cold_s=0.0,
-                               sampled_verify_host_s=0.0, draft_node_host_s=0.0,
-                               dyspec_node_host_s=0.0)
-    hw = dataclasses.replace(base, draft_cold_s=1e-3, verify_cold_s=2e-3,
-                             sampled_verify_host_s=base.verify_host_s + 4e-3,
-                             draft_node_host_s=5e-4, dyspec_node_host_s=7e-4)
+    cpu = load_profile("cpu-2core")
+    base = dataclasses.replace(cpu, loop=dataclasses.replace(
+        cpu.loop, draft_cold=0.0, verify_cold=0.0, sampled_verify=0.0, node=0.0,
+        dyspec_node=0.0))
+    hw = dataclasses.replace(base, loop=dataclasses.replace(
+        base.loop, draft_cold=1e-3, verify_cold=2e-3, sampled_verify=base.loop.verify + 4e-3,
+        node=5e-4, dyspec_node=7e-4))
 
     def pricing(profile: object, draft: bool, temperature: float = 0.0) -> Pricing:
         return Pricing(CostModel(profile, get_model("tiny-code")),

@@ -33,7 +33,7 @@ def test_datasheet_numbers():
     assert (cpu.kind, cpu.max_tp, cpu.link_bandwidth) == ("cpu", 1, 0)
     assert cpu.bandwidth == pytest.approx(119.5e9)
     assert cpu.peak_flops["bf16"] == pytest.approx(6 * 4.8e9 * 32)
-    assert cpu.speculation_step_s > 0 and cpu.drafter_s["ngram"] > 0
+    assert cpu.loop.step > 0 and cpu.loop.drafter["ngram"] > 0
 
 
 @pytest.mark.parametrize(("name", "runtime"), [

@@ -272,7 +272,7 @@ def test_loop_costs_run_with_a_draft_of_another_vocabulary():
         costs = measure_loop(draft, Runtime.cpu(), prompt_tokens(), 2, runs=1)
     finally:
         torch.set_num_threads(threads)
-    assert costs.draft_level_s >= 0 and set(costs.drafter_s) == {"ngram", "suffix", "recycle",
+    assert costs.level >= 0 and set(costs.drafter) == {"ngram", "suffix", "recycle",
                                                                    "goose"}
 
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from specscope.errors import InputError
+from specscope.hw_profiles.loop import LOOP_KEYS, LoopCosts
 from specscope.hw_profiles.profile import HardwareProfile, load_profile
 from specscope.names import HOST_DRAFTERS, RUNTIMES
 
@@ -40,61 +41,6 @@ mask over prefix + tree, or none (it verifies chains only)."""
 DEFAULT_ENGINE = "specscope"
 
 
-@dataclass(frozen=True)
-class LoopCosts:
-    """Host seconds a speculative loop pays beyond its forwards (`Pricing` reads these).
-
-    step: a step's bookkeeping (commit, drafter updates); level: a draft-model level beyond its
-    forward; node: a level's further node it proposes for (top-k, reranking); dyspec_node: the
-    same in DySpec's live builder; stop_rule: SpecDec++'s stop check per drafted token; accepted:
-    per accepted token (KV compaction); verify / sampled_verify: a verification's tensors and rule
-    at temperature 0 / > 0; draft_cold / verify_cold: a forward's slowdown inside the loop (a CPU's
-    caches); drafter: a model-free drafter's propose call per level; baseline_token: the plain
-    autoregressive loop's host work per token beyond its forward.
-    """
-
-    step: float = 0.0
-    level: float = 0.0
-    node: float = 0.0
-    dyspec_node: float = 0.0
-    stop_rule: float = 0.0
-    accepted: float = 0.0
-    verify: float = 0.0
-    sampled_verify: float = 0.0
-    draft_cold: float = 0.0
-    verify_cold: float = 0.0
-    drafter: dict[str, float] = field(default_factory=dict)
-    baseline_token: float = 0.0
-
-    @classmethod
-    def of_profile(cls, hw: HardwareProfile) -> LoopCosts:
-        """The loop `profile-hw` measured on `hw` (0 where it measured nothing)."""
-        return cls(step=hw.speculation_step_s, level=hw.draft_level_host_s,
-                   node=hw.draft_node_host_s, dyspec_node=hw.dyspec_node_host_s,
-                   stop_rule=hw.stop_rule_s, verify=hw.verify_host_s,
-                   sampled_verify=hw.sampled_verify_host_s, draft_cold=hw.draft_cold_s,
-                   verify_cold=hw.verify_cold_s, drafter=dict(hw.drafter_s))
-
-    def carried(self, factor: float) -> LoopCosts:
-        """These terms on a host `factor` times slower; the cold terms, cache effects of the
-        host that measured them, stay behind (0)."""
-        out = {f.name: getattr(self, f.name) * factor for f in fields(self)
-               if f.name not in ("drafter", "draft_cold", "verify_cold")}
-        return LoopCosts(**out, drafter={k: v * factor for k, v in self.drafter.items()})
-
-    def verify_host(self, temperature: float) -> float:
-        """Host seconds per verification at `temperature` (the greedy figure where nothing was
-        measured at temperature > 0)."""
-        if temperature > 0 and self.sampled_verify:
-            return self.sampled_verify
-        return self.verify
-
-
-_LOOP_KEYS = {"step_us": "step", "level_us": "level", "node_us": "node",
-              "dyspec_node_us": "dyspec_node", "stop_rule_us": "stop_rule",
-              "accepted_us": "accepted", "verify_us": "verify",
-              "sampled_verify_us": "sampled_verify", "baseline_token_us": "baseline_token"}
-"""`[loop]` terms of an engine file (µs) and their `LoopCosts` fields."""
 _LOOP_SETTINGS = ("measured_on", "from_profile", "reference_layer_us")
 
 
@@ -135,7 +81,7 @@ class Engine:
         base = LoopCosts()
         if self.loop_from_profile:
             source = load_profile(self.measured_on) if self.measured_on else hw
-            base = LoopCosts.of_profile(source)
+            base = source.loop
             if source.name != hw.name:
                 base = base.carried(host_scale(source, hw))
         factor = (_eager_layer_s(hw) / self.reference_layer_s if self.reference_layer_s
@@ -210,11 +156,11 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     for key, value in table.items():
         if key in _LOOP_SETTINGS:
             continue
-        name = _LOOP_KEYS.get(key)
+        name = LOOP_KEYS.get(key)
         drafter = key[:-3] if key.endswith("_us") and key[:-3] in HOST_DRAFTERS else None
         if name is None and drafter is None:
             raise InputError(f"{where}: [loop] unknown key {key!r}; known: "
-                             f"{', '.join([*_LOOP_KEYS, *_LOOP_SETTINGS])}")
+                             f"{', '.join([*LOOP_KEYS, *_LOOP_SETTINGS])}")
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise InputError(f"{where}: [loop] {key} must be a number ≥ 0, got {value!r}")
         if drafter:

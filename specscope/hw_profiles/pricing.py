@@ -6,15 +6,15 @@ loop's bookkeeping: step = Σ_levels t_level + t_verify(n) + t_step. A draft-mod
 draft forward of a single token at the context length (draft levels of a small model at batch 1
 are memory-bound, so a level of width w costs about the same; the executor measures the
 difference; a tree's level forwards the nodes above it) plus the host's per-level work (tree
-build, top-k: the profile's `draft_level_host_s`, and `draft_node_host_s` per further node the
-level proposes for) and the forward's slowdown in a loop that alternates it with the target's
-(`draft_cold_s`); DySpec's live builder pays `dyspec_node_host_s` per further node instead (its
-candidate heap), SpecDec++ `stop_rule_s` per drafted token (its stop check); a model-free
-drafter's level (n-gram, suffix, recycling) is one proposal call, `drafter_s[source]` on the
-profile; t_step is the profile's `speculation_step_s` (commit, drafter updates); verification
-adds the profile's host work (the step's tensors, the rule: `verify_host_s`, or
-`sampled_verify_host_s` at temperature > 0) to the target's forward, and `verify_cold_s` (the
-forward's slowdown between the loop's drafting and bookkeeping). Host costs a profile has not
+build, top-k: the loop's `level`, and `node` per further node the level proposes for) and the
+forward's slowdown in a loop that alternates it with the target's (`draft_cold`); DySpec's live
+builder pays `dyspec_node` per further node instead (its candidate heap), SpecDec++ `stop_rule`
+per drafted token (its stop check); a model-free drafter's level (n-gram, suffix, recycling) is
+one proposal call, `drafter[source]`; t_step is the loop's `step` (commit, drafter updates);
+verification adds the loop's host work (the step's tensors, the rule: `verify`, or
+`sampled_verify` at temperature > 0) to the target's forward, and `verify_cold` (the forward's
+slowdown between the loop's drafting and bookkeeping). These are `LoopCosts` (`loop.py`): the
+profile's own `loop`. Host costs a profile has not
 measured count 0. Speedup compares tokens/s with autoregressive decoding (one target forward per
 token) on the same hardware and context.
 """
@@ -29,7 +29,8 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.hw_profiles.cost import CostModel
-from specscope.hw_profiles.engine import DEFAULT_ENGINE, Engine, LoopCosts, load_engine
+from specscope.hw_profiles.engine import DEFAULT_ENGINE, Engine, load_engine
+from specscope.hw_profiles.loop import LoopCosts
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.tree import Tree
 
@@ -55,7 +56,7 @@ class Pricing:
     def loop(self) -> LoopCosts:
         """The host terms of this engine's loop on the target's box."""
         hw = self.target.hw
-        return LoopCosts.of_profile(hw) if self.engine is None else self.engine.loop_costs(hw)
+        return hw.loop if self.engine is None else self.engine.loop_costs(hw)
 
     @cached_property
     def baseline_loop(self) -> LoopCosts:
@@ -64,9 +65,10 @@ class Pricing:
         return self.loop if engine is None else engine.loop_costs(self.target.hw)
 
     def level_s(self, source: str, forwarded: int = 1, expanded: int = 1) -> float:
-        """Seconds of one drafted level of `source`: a model-free drafter's propose call
-        (`drafter_s`), or a draft-model forward of the `forwarded` nodes it runs (the parents
-        and their ancestors) plus its host work for the `expanded` parents it proposes for."""
+        """Seconds of one drafted level of `source`: a model-free drafter's propose call (the
+        loop's `drafter`), or a draft-model forward of the `forwarded` nodes it runs (the
+        parents and their ancestors) plus its host work for the `expanded` parents it proposes
+        for."""
         if source in MODEL_FREE_SOURCES:
             return self.loop.drafter.get(source, 0.0)
         if self.drafter is None:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from specscope.errors import InputError
+from specscope.hw_profiles.loop import LOOP_KEYS, LoopCosts
 from specscope.hw_profiles.runtime import RuntimeParams, parse_runtime, replace_values
 from specscope.names import HOST_DRAFTERS, RUNTIMES
 
@@ -64,23 +65,14 @@ class HardwareProfile:
     unsupported); memory_bytes / bandwidth: device memory and its bandwidth (bytes, bytes/s);
     link_bandwidth: scale-up interconnect bytes/s per direction; host_link_bandwidth: the
     device's link to host memory (PCIe) bytes/s per direction, what offloaded weights stream
-    over (0: not stated); runtimes: the priced runtimes
-    and their parameters, default_runtime the one its anchors were measured under;
-    dequant_s_per_weight: seconds per weight element dequantised, by weight bits, once per
-    `dequant_tile` tokens; allreduce_latency_s: fixed cost of one all-reduce; max_tp: largest
-    tensor-parallel group; shard_lm_head: whether tensor parallelism splits the lm_head;
-    drafter_s: host seconds of each model-free drafter per drafted level (one propose call, as
-    the decode loop pays it); speculation_step_s and
-    draft_level_host_s: host seconds of a speculative step's bookkeeping and of each draft-model
-    level beyond its forward; draft_cold_s and verify_cold_s: the extra seconds a draft forward
-    and the target's verification take inside the speculative loop over the same forward
-    repeated alone (on a CPU the loop's Python and the other model cool the caches; ≈ 0 on a
-    GPU); sampled_verify_host_s: verify_host_s at temperature > 0, where the rule works on
-    probabilities; draft_node_host_s: host seconds a draft-model level pays per node it proposes
-    for beyond the first (a static tree's top-k per node), dyspec_node_host_s the same in
-    DySpec's live builder (its candidate heap as well); stop_rule_s: host seconds of SpecDec++'s
-    stop check per drafted token (features, predictor) (all measured by profile-hw in the decode
-    loop; 0 when not measured).
+    over (0: not stated); runtimes: the priced runtimes and their parameters,
+    default_runtime the one its anchors were measured under; dequant_s_per_weight: seconds per
+    weight element dequantised, by weight bits, once per `dequant_tile` tokens;
+    allreduce_latency_s: fixed cost of one all-reduce; max_tp: largest tensor-parallel group;
+    shard_lm_head: whether tensor parallelism splits the lm_head; loop: the host costs of
+    specscope's speculative loop on this box (`[speculation]` and `[drafters]`, measured by
+    profile-hw in the decode loop; 0 where not measured: on a GPU the draft and verification
+    cold terms are ≈ 0).
     """
 
     name: str
@@ -99,19 +91,9 @@ class HardwareProfile:
     shard_lm_head: bool = True
     measured: tuple[MeasuredTable, ...] = ()
     sources: tuple[str, ...] = field(default=())
-    drafter_s: dict[str, float] = field(default_factory=dict)
     threads: int | None = None
     """CPU threads its measurements used (`[provenance] threads`, written by profile-hw)."""
-    speculation_step_s: float = 0.0
-    draft_level_host_s: float = 0.0
-    verify_host_s: float = 0.0
-    """Host seconds per verification beyond the target's forward (tensors, the rule)."""
-    sampled_verify_host_s: float = 0.0
-    draft_cold_s: float = 0.0
-    verify_cold_s: float = 0.0
-    draft_node_host_s: float = 0.0
-    dyspec_node_host_s: float = 0.0
-    stop_rule_s: float = 0.0
+    loop: LoopCosts = field(default_factory=LoopCosts)
     host_link_bandwidth: float = 0.0
     host_cpu: str = ""
     """The box's usual host CPU (or the one a paper ran), `[host] cpu`."""
@@ -120,13 +102,6 @@ class HardwareProfile:
     measured on (`[host] single_thread`): eager issue time scales as 1 / host_speed."""
     host_source: str = ""
     """Where host_speed comes from, or "assumed: …"."""
-
-    def verify_host(self, temperature: float) -> float:
-        """Host seconds per verification at `temperature` (the greedy figure where the profile
-        has no sampled one)."""
-        if temperature > 0 and self.sampled_verify_host_s:
-            return self.sampled_verify_host_s
-        return self.verify_host_s
 
     def runtime(self, name: str | None = None) -> RuntimeParams:
         """The parameters of runtime `name` (default: the profile's default runtime)."""
@@ -278,17 +253,11 @@ def load_profile(name: str | Path) -> HardwareProfile:
         shard_lm_head=g("interconnect", "shard_lm_head", bool),
         measured=tuple(_measured(m, path, i) for i, m in enumerate(data.get("measured", []))),
         sources=tuple(str(s) for s in data.get("sources", [])),
-        drafter_s={key[:-3]: _get(data, "drafters", key, path) * 1e-6 for key in drafters},
         threads=int(_optional(data, "provenance", "threads", path)) or None,
-        speculation_step_s=_optional(data, "speculation", "step_us", path) * 1e-6,
-        draft_level_host_s=_optional(data, "speculation", "level_us", path) * 1e-6,
-        verify_host_s=_optional(data, "speculation", "verify_us", path) * 1e-6,
-        sampled_verify_host_s=_optional(data, "speculation", "sampled_verify_us", path) * 1e-6,
-        draft_cold_s=_optional(data, "speculation", "cold_level_us", path) * 1e-6,
-        verify_cold_s=_optional(data, "speculation", "cold_verify_us", path) * 1e-6,
-        draft_node_host_s=_optional(data, "speculation", "node_us", path) * 1e-6,
-        dyspec_node_host_s=_optional(data, "speculation", "dyspec_node_us", path) * 1e-6,
-        stop_rule_s=_optional(data, "speculation", "stop_rule_us", path) * 1e-6,
+        loop=LoopCosts(
+            drafter={key[:-3]: _get(data, "drafters", key, path) * 1e-6 for key in drafters},
+            **{name: _optional(data, "speculation", key, path) * 1e-6
+               for key, name in LOOP_KEYS.items()}),
         host_link_bandwidth=_optional(data, "interconnect", "host_link_gbs", path) * 1e9,
         **_host(data, path),
     )

@@ -33,7 +33,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -41,6 +40,7 @@ from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
 from specscope.executor.runtime import Runtime
 from specscope.executor.threads import use_threads
+from specscope.hw_profiles.loop import LoopCosts
 from specscope.hw_profiles.profile import (
     DATA_DIR,
     HardwareProfile,
@@ -55,7 +55,6 @@ from specscope.models.spec import ModelSpec
 from specscope.names import PROFILE_DEVICES, RUNTIMES
 from specscope.profiling.measure import (
     SAMPLED_TEMPERATURE,
-    LoopCosts,
     Point,
     copy_rate,
     matmul_rate,
@@ -198,18 +197,7 @@ def base_profile(name: str, m: Measurements, runtimes: Sequence[str]) -> Hardwar
         peak_flops={"bf16": m.tflops * 1e12, "int8": 0.0, "fp8": 0.0},
         bandwidth=m.copy_gbps * 1e9, memory_bytes=m.memory_gb * 1e9, measured=(),
         sources=(f"measured on this machine by specscope profile-hw ({m.provenance['date']})",),
-        **_loop_fields(m.loop))
-
-
-def _loop_fields(loop: LoopCosts | None) -> dict[str, Any]:
-    """The profile's host-cost fields from the loop measurements (none: the prior's)."""
-    if loop is None:
-        return {}
-    return dict(drafter_s=dict(loop.drafter_s), speculation_step_s=loop.step_s,
-                draft_level_host_s=loop.draft_level_s, verify_host_s=loop.verify_host_s,
-                sampled_verify_host_s=loop.sampled_verify_host_s, draft_cold_s=loop.draft_cold_s,
-                verify_cold_s=loop.verify_cold_s, draft_node_host_s=loop.node_s,
-                dyspec_node_host_s=loop.dyspec_node_s, stop_rule_s=loop.stop_rule_s)
+        loop=prior.loop if m.loop is None else m.loop)
 
 
 
@@ -284,25 +272,24 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
     if m.loop is not None:
         loop = m.loop
         lines += ["[drafters]    # host µs per drafted level (one propose call), in the loop"]
-        lines += [f"{k}_us = {v * 1e6:.4g}" for k, v in loop.drafter_s.items()]
+        lines += [f"{k}_us = {v * 1e6:.4g}" for k, v in loop.drafter.items()]
         lines += [
             "", "[speculation]    # µs, measured in the decode loop",
-            f"step_us = {loop.step_s * 1e6:.4g}    # bookkeeping per step",
-            f"level_us = {loop.draft_level_s * 1e6:.4g}    # per draft-model level beyond its "
+            f"step_us = {loop.step * 1e6:.4g}    # bookkeeping per step",
+            f"level_us = {loop.level * 1e6:.4g}    # per draft-model level beyond its forward",
+            f"verify_us = {loop.verify * 1e6:.4g}    # per verification beyond the target's "
             "forward",
-            f"verify_us = {loop.verify_host_s * 1e6:.4g}    # per verification beyond the "
-            "target's forward",
-            f"sampled_verify_us = {loop.sampled_verify_host_s * 1e6:.4g}    # the same at "
+            f"sampled_verify_us = {loop.sampled_verify * 1e6:.4g}    # the same at "
             f"temperature {SAMPLED_TEMPERATURE}",
-            f"cold_level_us = {loop.draft_cold_s * 1e6:.4g}    # a draft forward in the loop "
+            f"cold_level_us = {loop.draft_cold * 1e6:.4g}    # a draft forward in the loop "
             "over the same forward alone",
-            f"cold_verify_us = {loop.verify_cold_s * 1e6:.4g}    # the target's forward in the "
+            f"cold_verify_us = {loop.verify_cold * 1e6:.4g}    # the target's forward in the "
             "loop over the same forward alone",
-            f"node_us = {loop.node_s * 1e6:.4g}    # per draft-model level, per further node it "
+            f"node_us = {loop.node * 1e6:.4g}    # per draft-model level, per further node it "
             "proposes for",
-            f"dyspec_node_us = {loop.dyspec_node_s * 1e6:.4g}    # the same in DySpec's live "
+            f"dyspec_node_us = {loop.dyspec_node * 1e6:.4g}    # the same in DySpec's live "
             "builder",
-            f"stop_rule_us = {loop.stop_rule_s * 1e6:.4g}    # SpecDec++'s stop check per "
+            f"stop_rule_us = {loop.stop_rule * 1e6:.4g}    # SpecDec++'s stop check per "
             "drafted token",
             "",
         ]

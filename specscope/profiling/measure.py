@@ -24,6 +24,7 @@ import torch
 
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import Model, load_model, wrap
+from specscope.hw_profiles.loop import LoopCosts
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Hybrid, Mamba2, Transformer
 from specscope.names import HOST_DRAFTERS
@@ -213,35 +214,6 @@ def prompt_tokens() -> list[int]:
     return list(load_zoo_tokenizer().encode(load_prompts(PROMPTS)[0]))
 
 
-@dataclass(frozen=True)
-class LoopCosts:
-    """Host seconds of the speculative loop as it runs (`measure_loop`)."""
-
-    drafter_s: dict[str, float]
-    """Per model-free drafter: its drafting phase per propose call (one drafted level)."""
-    draft_level_s: float
-    """Per draft-model level: the drafting phase beyond the level's forward."""
-    verify_host_s: float
-    """Per verification: the verification phase beyond the target's forward (the step's
-    tensors, the rule over the logits)."""
-    sampled_verify_host_s: float
-    """`verify_host_s` at `SAMPLED_TEMPERATURE` (the deterministic-drafter rule on
-    probabilities)."""
-    step_s: float
-    """Per step: the bookkeeping phase (commit, drafter updates)."""
-    draft_cold_s: float
-    """Per draft forward: its time in the loop over the same forward repeated alone."""
-    verify_cold_s: float
-    """Per verification in the speculative loop (any drafter): the target's forward there over
-    the same forward repeated alone."""
-    node_s: float = 0.0
-    """Per draft-model level, per node it proposes for beyond the first (a static tree)."""
-    dyspec_node_s: float = 0.0
-    """The same in DySpec's live builder."""
-    stop_rule_s: float = 0.0
-    """Per token SpecDec++ drafts: its stop check beyond a chain's level."""
-
-
 class _Timed:
     """Wraps a model's `verify`, recording each call's size and seconds (monkey-patched on the
     instance for one run, then removed)."""
@@ -363,10 +335,11 @@ def measure_loop(draft: ModelSpec, runtime: Runtime, prompt: list[int], levels: 
         bookkeeping.append(chain.times.bookkeeping_s / chain.steps)
         verify_s.append((chain.times.verify_s - sum(chain.verified.seconds)) / chain.steps)
     median = {k: max(0.0, statistics.median(v)) for k, v in rounds.items()}
-    return LoopCosts(drafter_s, median["level"], max(0.0, min(verify_s)),
-                     max(0.0, min(sampled_s)), statistics.median(bookkeeping),
-                     median["draft"], max(0.0, statistics.median(cold_verify)), median["node"],
-                     median["dyspec"], median["stop"])
+    return LoopCosts(drafter=drafter_s, level=median["level"], verify=max(0.0, min(verify_s)),
+                     sampled_verify=max(0.0, min(sampled_s)),
+                     step=statistics.median(bookkeeping), draft_cold=median["draft"],
+                     verify_cold=max(0.0, statistics.median(cold_verify)), node=median["node"],
+                     dyspec_node=median["dyspec"], stop_rule=median["stop"])
 
 
 def _draft_methods(levels: int) -> dict[str, Method]:

@@ -9,13 +9,14 @@ tensor parallelism, weight bits):
   of nodes they forward (a tree's level forwards the nodes above it, root first; a level drafted
   past the tree's depth forwards the whole tree) at their mean context, plus the level's host
   work once per batched level; a model-free drafter (n-gram, suffix, recycling) costs its
-  propose call (`drafter_s[source]`) per request per level (the calls are per request);
+  propose call (the loop's `drafter[source]`) per request per level (the calls are per request);
 - verification: one batched target forward (`verify_time`) of all requests' tree tokens plus the
   host's work around it. Requests' trees and contexts differ, so the forward is priced at
   the batch's mean tree size and mean context: exact for every linear layer (they see the
   total token count) and for the KV reads of attention (the sum of contexts), approximate only
   for attention FLOPs (Σ nᵢ·cᵢ against B·n̄·c̄, small in decoding); exact at batch 1;
-- bookkeeping: the profile's `speculation_step_s` once per step when any request speculates.
+- bookkeeping: the loop's `step` (`Pricing.bookkeeping_s`) once per step when any request
+  speculates.
 
 The host terms (per level, per verification, per step) are `Pricing`'s own (`host_terms`).
 

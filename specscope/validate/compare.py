@@ -245,7 +245,7 @@ def machine_drift(profile: HardwareProfile, spec_name: str, runtime: Runtime,
 
 def host_costs(profile: HardwareProfile) -> bool:
     """Whether the profile carries measured host costs of drafting and bookkeeping."""
-    return bool(profile.drafter_s or profile.speculation_step_s or profile.draft_level_host_s)
+    return bool(profile.loop.drafter or profile.loop.step or profile.loop.level)
 
 
 def split_prompts(spec: str, session: Session, per_half: int, max_tokens: int, seed: int = 0

@@ -1,0 +1,60 @@
+"""`LoopCosts`: the host seconds a speculative decode loop pays beyond its model forwards.
+
+One record for every reader: `profile-hw` measures them in specscope's own loop
+(`profiling.measure.measure_loop`) and writes them to a profile's `[speculation]` and
+`[drafters]` sections, a `HardwareProfile` holds them (`loop`), an engine states its own or
+carries a measured one to another host (`engine.py`), and `Pricing` charges them
+(docs/hardware.md#pricing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+LOOP_KEYS = {"step_us": "step", "level_us": "level", "node_us": "node",
+             "dyspec_node_us": "dyspec_node", "stop_rule_us": "stop_rule",
+             "accepted_us": "accepted", "verify_us": "verify",
+             "sampled_verify_us": "sampled_verify", "cold_level_us": "draft_cold",
+             "cold_verify_us": "verify_cold", "baseline_token_us": "baseline_token"}
+"""TOML keys (µs) of a profile's `[speculation]` and an engine's `[loop]`, by field."""
+
+
+@dataclass(frozen=True)
+class LoopCosts:
+    """Host seconds a speculative loop pays beyond its forwards (`Pricing` reads these).
+
+    step: a step's bookkeeping (commit, drafter updates); level: a draft-model level beyond its
+    forward; node: a level's further node it proposes for (top-k, reranking); dyspec_node: the
+    same in DySpec's live builder; stop_rule: SpecDec++'s stop check per drafted token; accepted:
+    per accepted token (KV compaction); verify / sampled_verify: a verification's tensors and rule
+    at temperature 0 / > 0; draft_cold / verify_cold: a forward's slowdown inside the loop (a CPU's
+    caches); drafter: a model-free drafter's propose call per level; baseline_token: the plain
+    autoregressive loop's host work per token beyond its forward.
+    """
+
+    step: float = 0.0
+    level: float = 0.0
+    node: float = 0.0
+    dyspec_node: float = 0.0
+    stop_rule: float = 0.0
+    accepted: float = 0.0
+    verify: float = 0.0
+    sampled_verify: float = 0.0
+    draft_cold: float = 0.0
+    verify_cold: float = 0.0
+    drafter: dict[str, float] = field(default_factory=dict)
+    baseline_token: float = 0.0
+
+    def carried(self, factor: float) -> LoopCosts:
+        """These terms on a host `factor` times slower; the cold terms, cache effects of the
+        host that measured them, stay behind (0)."""
+        out = {f.name: getattr(self, f.name) * factor for f in fields(self)
+               if f.name not in ("drafter", "draft_cold", "verify_cold")}
+        return LoopCosts(**out, drafter={k: v * factor for k, v in self.drafter.items()})
+
+    def verify_host(self, temperature: float) -> float:
+        """Host seconds per verification at `temperature` (the greedy figure where nothing was
+        measured at temperature > 0)."""
+        if temperature > 0 and self.sampled_verify:
+            return self.sampled_verify
+        return self.verify
