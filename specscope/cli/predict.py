@@ -91,7 +91,7 @@ def cost(
     report = cm.report(batch, new_tokens, context)
     if engine is not None:
         report["engine"] = engine
-        report["baseline_token_ms"] = priced.autoregressive_s * 1e3
+        report["baseline_ms_per_token"] = priced.autoregressive_s * 1e3
     if drafter is not None:
         report["system"] = system
         report["drafter"] = drafter.report(batch, 1, context)

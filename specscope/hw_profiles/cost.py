@@ -132,10 +132,14 @@ class CostModel:
               host_layer_ratio: float = 1.0) -> CostModel:
         """This cost model (its class and extras kept) under another runtime and tree attention
         (None keeps each), its host issue time per layer × `host_layer_ratio` (an engine's
-        model code against the Transformer the runtime was fitted on)."""
+        model code against the Transformer the runtime was fitted on); itself when nothing
+        changes."""
         if tree_attention is not None and tree_attention not in TREE_ATTENTION:
             raise InputError(f"tree attention must be one of {', '.join(TREE_ATTENTION)}, "
                              f"got {tree_attention!r}")
+        if (runtime in (None, self.runtime.name) and host_layer_ratio == 1.0
+                and tree_attention in (None, self.tree_attention)):
+            return self
         clone = copy.copy(self)
         if runtime is not None:
             clone.runtime = self.hw.runtime(runtime)

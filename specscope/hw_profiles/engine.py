@@ -161,17 +161,13 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
         if name is None and drafter is None:
             raise InputError(f"{where}: [loop] unknown key {key!r}; known: "
                              f"{', '.join([*LOOP_KEYS, *_LOOP_SETTINGS])}")
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise InputError(f"{where}: [loop] {key} must be a number ≥ 0, got {value!r}")
+        seconds = _number(value, f"[loop] {key}", where) * 1e-6
         if drafter:
-            drafters[drafter] = float(value) * 1e-6
+            drafters[drafter] = seconds
         else:
-            values[name] = float(value) * 1e-6
-    reference = table.get("reference_layer_us", 0.0)
-    ratio = data.get("host_layer_ratio", 1.0)
-    for key, value in (("[loop] reference_layer_us", reference), ("host_layer_ratio", ratio)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise InputError(f"{where}: {key} must be a number ≥ 0, got {value!r}")
+            values[name] = seconds
+    reference = _number(table.get("reference_layer_us", 0.0), "[loop] reference_layer_us", where)
+    ratio = _number(data.get("host_layer_ratio", 1.0), "host_layer_ratio", where)
     if ratio <= 0:
         raise InputError(f"{where}: host_layer_ratio must be positive")
     sources = data.get("sources", {})
@@ -189,5 +185,12 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                   draft_runtime=runtimes["draft_runtime"],
                   tree_attention=data["tree_attention"], baseline=data["baseline"],
                   measured_on=measured_on, stated=values, stated_drafters=drafters,
-                  loop_from_profile=from_profile, reference_layer_s=float(reference) * 1e-6,
-                  host_layer_ratio=float(ratio), sources=dict(sources))
+                  loop_from_profile=from_profile, reference_layer_s=reference * 1e-6,
+                  host_layer_ratio=ratio, sources=dict(sources))
+
+
+def _number(value: Any, key: str, where: str) -> float:
+    """`value` as a float; anything but a number >= 0 is an `InputError` naming `key`."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise InputError(f"{where}: {key} must be a number ≥ 0, got {value!r}")
+    return float(value)

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from specscope.errors import InputError
+from specscope.hw_profiles import load_profile
+from specscope.hw_profiles.engine import DEFAULT_ENGINE, load_engine
 from specscope.systems.case import Case, case_from_table, read_case_tables
 from specscope.systems.registry import SYSTEMS
 from specscope.systems.step import Prediction
@@ -154,9 +156,6 @@ class ErrorSummary:
 def provenance(rows: list[Reproduced]) -> list[str]:
     """Where every engine and host parameter the cases priced comes from, one line each
     (engine key: source, or "assumed: …"; a profile's host and its speed)."""
-    from specscope.hw_profiles import load_profile
-    from specscope.hw_profiles.engine import DEFAULT_ENGINE, load_engine
-
     lines = []
     engines = sorted({n for r in rows for n in (r.case.engine or DEFAULT_ENGINE,
                                                  r.case.baseline_engine) if n})
@@ -175,8 +174,6 @@ def provenance(rows: list[Reproduced]) -> list[str]:
 def summarise(rows: list[Reproduced], by: str = "system") -> list[ErrorSummary]:
     """One summary per value of `by` ("system": the family; "engine": the stack the case ran,
     specscope when it names none), then one over every case ("all")."""
-    from specscope.hw_profiles.engine import DEFAULT_ENGINE
-
     def key(r: Reproduced) -> str:
         return r.case.system if by == "system" else r.case.engine or DEFAULT_ENGINE
 
