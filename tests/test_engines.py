@@ -209,3 +209,10 @@ def test_a_case_with_an_unknown_engine_names_the_case(tmp_path: Path) -> None:
 
     with pytest.raises(InputError, match=r"case 'c'.*turbo"):
         reproduce(_scenario(tmp_path, 'engine = "turbo"'))
+
+
+def test_a_papers_tree_on_a_chain_only_engine_names_the_case(tmp_path: Path) -> None:
+    from specscope.systems.reproduce import reproduce
+
+    with pytest.raises(InputError, match=r"case 'c'.*hf-eager verifies chains only.*4,4,4"):
+        reproduce(_scenario(tmp_path, 'engine = "hf-eager"'))

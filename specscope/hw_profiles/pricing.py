@@ -147,13 +147,17 @@ class Pricing:
                             + self.verify_extra_s + self.bookkeeping_s)
         return table
 
+    def check_chains(self, branches: bool, what: str) -> None:
+        """`InputError` when this engine verifies chains only and `what` branches."""
+        if branches and self.engine is not None and self.engine.tree_attention == "none":
+            raise InputError(f"engine {self.engine.name} verifies chains only (tree_attention "
+                             f"none); {what} branches")
+
     def tree_step_s(self, tree: Tree) -> float:
         """Seconds for one speculative step with this tree: one level per (depth, source) of its
         drafted nodes, the verification and the bookkeeping."""
-        if self.engine is not None and self.engine.tree_attention == "none" and tree.size > 1 \
-                and np.bincount(tree.parents[1:]).max() > 1:
-            raise InputError(f"engine {self.engine.name} verifies chains only (tree_attention "
-                             f"none); a tree of {tree.size} tokens branches")
+        self.check_chains(tree.size > 1 and np.bincount(tree.parents[1:]).max() > 1,
+                          f"a tree of {tree.size} tokens")
         verify = self.verify_s(tree.size, tree.depth, int(tree.leaves.size))
         return self.draft_s(tree) + verify + self.bookkeeping_s
 

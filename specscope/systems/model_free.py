@@ -74,9 +74,7 @@ def _step(case: Case, source: str, calls: int, verified: int, depth: int, branch
     `verified` tokens and the loop's bookkeeping, against autoregressive decoding."""
     c = _costs(source)(case)
     price: Pricing = pricing(case, c.target, None)
-    if branches and price.engine is not None and price.engine.tree_attention == "none":
-        raise case.fail(f"engine {price.engine.name} verifies chains only; system "
-                        f"{case.system} verifies {verified} tokens that branch")
+    price.check_chains(branches, f"system {case.system}'s draft of {verified} tokens")
     tokens = case.tokens_per_step
     parts = {"draft": calls * price.level_s(source) if draft_s is None else draft_s,
              "verify": price.verify_s(verified, depth),

@@ -91,6 +91,7 @@ def tree_step(price: Pricing, widths: Sequence[int], source: str) -> dict[str, f
     """Seconds of one step drafting the levels `widths` with `source` and verifying them:
     draft (every level), verify (one target forward of 1 + Σ widths tokens and its host work)
     and bookkeeping."""
+    price.check_chains(any(w > 1 for w in widths), f"the tree {','.join(map(str, widths))}")
     expanded = [1, *widths[:-1]]
     draft = sum(price.level_s(source, w, w) for w in expanded) if widths else 0.0
     n = 1 + sum(widths)
