@@ -102,9 +102,8 @@ def predict(case: Case) -> Prediction:
     tokens = case.tokens_per_step
     parts = {"draft": draft}
     if arch == "prefix-mlp":
-        prefix = cost_model(case, head_spec(c.target.model), cls=PrefixLayerCost)
-        ratio = price.engine.host_layer_ratio if price.engine is not None else 1.0
-        prefix = prefix.under(heads.runtime.name, None, ratio)
+        layer = cost_model(case, head_spec(c.target.model), cls=PrefixLayerCost)
+        prefix = pricing(case, c.target, layer).drafter  # on the engine, as the heads are
         parts["prefix"] = float(prefix.forward_time(case.batch, max(1, round(tokens)),
                                                     price.context_len))
     n = 1 + sum(case.tree)
