@@ -216,3 +216,16 @@ def test_a_papers_tree_on_a_chain_only_engine_names_the_case(tmp_path: Path) -> 
 
     with pytest.raises(InputError, match=r"case 'c'.*hf-eager verifies chains only.*4,4,4"):
         reproduce(_scenario(tmp_path, 'engine = "hf-eager"'))
+
+
+def test_an_engines_work_per_accepted_token_is_paid_per_token_the_step_yields(
+        tmp_path: Path) -> None:
+    from specscope.optimizers.scoring import score_tree
+
+    path = _engine_file(tmp_path, '[loop]\naccepted_us = 100', 'loop = "test"\n')
+    target, draft = _models("a100")
+    plain, compacting = Pricing(target, draft, 512), for_engine(path, target, draft, 512)
+    assert compacting.bookkeeping_for(3.0) - plain.bookkeeping_for(3.0) == pytest.approx(3e-4)
+    extra = (score_tree("x", TREES[1], 2.5, compacting).step_time_s
+             - score_tree("x", TREES[1], 2.5, plain).step_time_s)
+    assert extra == pytest.approx(2.5e-4)

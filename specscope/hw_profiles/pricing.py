@@ -111,6 +111,12 @@ class Pricing:
         """Host seconds per accepted token (KV compaction); a step pays it per token it yields."""
         return self.loop.accepted
 
+    def bookkeeping_for(self, tokens: float) -> float:
+        """Host seconds of the bookkeeping of a step that yields `tokens`: the loop's `step`
+        and `accepted` per token. Per token of output the accepted term is a constant, so it
+        never changes which tree is best, only its speed."""
+        return self.bookkeeping_s + self.accepted_s * tokens
+
     @cached_property
     def autoregressive_s(self) -> float:
         """Seconds per token of plain autoregressive decoding, as the baseline engine runs it."""

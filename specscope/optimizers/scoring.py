@@ -62,7 +62,8 @@ def score_tree(
     trace: Trace | None = None,
 ) -> Score:
     """Price `tree` and replay it exactly over `trace` when given; `expected_tokens` is its value
-    under the acceptance model of its sources."""
+    under the acceptance model of its sources (the step pays the loop's per-accepted-token
+    work on them)."""
     return Score(
         algo=algo,
         tree=tree,
@@ -70,7 +71,7 @@ def score_tree(
         depth=tree.depth,
         expected_tokens=expected_tokens,
         replay_tokens=None if trace is None else replay(trace, tree).tokens_per_step,
-        step_time_s=pricing.tree_step_s(tree),
+        step_time_s=pricing.tree_step_s(tree) + pricing.accepted_s * expected_tokens,
         autoregressive_s=pricing.autoregressive_s,
     )
 

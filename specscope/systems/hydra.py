@@ -108,7 +108,7 @@ def predict(case: Case) -> Prediction:
                                                     price.context_len))
     n = 1 + sum(case.tree)
     parts["verify"] = price.verify_s(n, len(case.tree))
-    parts["bookkeeping"] = price.bookkeeping_s + price.accepted_s * tokens
+    parts["bookkeeping"] = price.bookkeeping_for(tokens)
     return Prediction(tokens_per_step=tokens, step_s=sum(parts.values()),
                       baseline_s=price.autoregressive_s, batch=case.batch, parts=parts,
                       assumptions=(f"{len(case.tree)} grounded Hydra heads ({arch}, {layers} MLP "

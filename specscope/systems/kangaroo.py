@@ -98,7 +98,7 @@ def predict(case: Case) -> Prediction:
     n = 1 + len(case.tree)
     parts = {"draft": drafted * price.level_s(c.source),
              "verify": price.verify_s(n, len(case.tree)),
-             "bookkeeping": price.bookkeeping_s + price.accepted_s * tokens}
+             "bookkeeping": price.bookkeeping_for(tokens)}
     plain = pricing(case, c.target.plain, None)
     return Prediction(tokens_per_step=tokens, step_s=sum(parts.values()),
                       baseline_s=plain.autoregressive_s, batch=case.batch, parts=parts,

@@ -144,7 +144,7 @@ def predict(case: Case) -> Prediction:
     parts = {"draft": float(price.drafter.forward_time(case.batch, n, price.context_len))
              + price.loop.level,
              "verify": price.verify_s(n, len(case.tree)),
-             "bookkeeping": price.bookkeeping_s + price.accepted_s * tokens}
+             "bookkeeping": price.bookkeeping_for(tokens)}
     heads = len(c.drafter.heads)
     return Prediction(tokens_per_step=tokens, step_s=sum(parts.values()),
                       baseline_s=price.autoregressive_s, batch=case.batch, parts=parts,

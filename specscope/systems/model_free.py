@@ -78,7 +78,7 @@ def _step(case: Case, source: str, calls: int, verified: int, depth: int, branch
     tokens = case.tokens_per_step
     parts = {"draft": calls * price.level_s(source) if draft_s is None else draft_s,
              "verify": price.verify_s(verified, depth),
-             "bookkeeping": price.bookkeeping_s + price.accepted_s * tokens}
+             "bookkeeping": price.bookkeeping_for(tokens)}
     return Prediction(tokens_per_step=tokens, step_s=sum(parts.values()),
                       baseline_s=price.autoregressive_s, batch=case.batch, parts=parts,
                       assumptions=(f"{verified} tokens verified per step", *assumptions))

@@ -105,7 +105,7 @@ def speculative(case: Case, price: Pricing, source: str, tokens_per_step: float 
     autoregressive decoding of the same target."""
     tokens = tokens_per_step or case.tokens_per_step
     parts = tree_step(price, case.tree, source)
-    parts["bookkeeping"] += price.accepted_s * tokens
+    parts["bookkeeping"] = price.bookkeeping_for(tokens) if case.tree else 0.0
     return Prediction(tokens_per_step=tokens,
                       step_s=sum(parts.values()), baseline_s=price.autoregressive_s,
                       batch=case.batch, parts=parts, assumptions=tuple(assumptions), lossy=lossy)
