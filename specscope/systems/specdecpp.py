@@ -24,10 +24,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
+from specscope.optimizers.specdecpp import stop_length as rule_length
 from specscope.systems.base import System, SystemCosts
 from specscope.systems.case import Case
 from specscope.systems.draft_model import costs as draft_costs
 from specscope.systems.step import Prediction, pricing, speculative
+from specscope.tree import Tree
 
 THRESHOLD = 0.7
 """The authors' default h (specdec_pp/sample.py stop_threshold; the README's example runs 0.3)."""
@@ -41,20 +45,17 @@ bounds on the drafted length (default 2, 20)."""
 
 def stop_length(alpha: float, threshold: float, min_len: int = MIN_LEN,
                 max_len: int = MAX_LEN) -> int:
-    """Tokens drafted per step by the authors' rule with â = α: the first draft step s at which
-    1 − α^(s − 1) > h, within [min_len, max_len]."""
-    if alpha >= 1.0:
-        return max_len
-    if alpha <= 0.0:
-        return min_len
-    bound = math.log1p(-threshold) / math.log(alpha)
-    return min(max(math.floor(bound) + 2, min_len), max_len)
+    """Tokens drafted per step by the authors' rule (`optimizers.specdecpp.stop_length`) with
+    â = α on every drafted token but the first, whose estimate their code skips (1): the first
+    draft step s at which 1 − α^(s − 1) > h, within [min_len, max_len]."""
+    log_a = np.r_[0.0, np.full(max_len - 1, math.log(alpha))]
+    return rule_length(log_a, threshold, min_len, max_len)
 
 
 def expected_tokens(alpha: float, drafted: int) -> float:
     """Tokens per step of a chain of `drafted` tokens at i.i.d. acceptance α, the bonus
     counted: Σ_{i=0..L} α^i."""
-    return float(drafted + 1) if alpha == 1.0 else (1 - alpha ** (drafted + 1)) / (1 - alpha)
+    return Tree.chain(drafted).expected_tokens(np.array([alpha]))
 
 
 def _options(case: Case) -> tuple[float, float, int, int]:
