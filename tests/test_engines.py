@@ -121,6 +121,7 @@ def test_a_chain_only_engine_refuses_a_branching_tree() -> None:
     ('[loop]\nstep_us = 3', '', "says nothing of 'step_us'"),
     ('host_layer_ratio = 0.5', '', "says nothing of 'host_layer_ratio'"),
     ('[loop]\nfrom_profile = true', '', "says nothing of 'loop'"),
+    ('[loop]\nfrom_profile = ["step", "speed"]', 'loop = "x"\n', "from_profile must be"),
 ])
 def test_a_bad_engine_file_is_one_clear_error(tmp_path: Path, body: str, sources: str,
                                               message: str) -> None:
@@ -229,3 +230,12 @@ def test_an_engines_work_per_accepted_token_is_paid_per_token_the_step_yields(
     extra = (score_tree("x", TREES[1], 2.5, compacting).step_time_s
              - score_tree("x", TREES[1], 2.5, plain).step_time_s)
     assert extra == pytest.approx(2.5e-4)
+
+
+def test_an_engine_takes_only_the_measured_terms_it_names() -> None:
+    cpu, gpu = load_profile("cpu-2core"), load_profile("h100")
+    loop = load_engine("gpt-fast").loop_costs(gpu)  # from_profile = ["step", "verify"]
+    factor = host_scale(cpu, gpu)
+    assert loop.step == pytest.approx(cpu.loop.step * factor)
+    assert loop.verify == pytest.approx(cpu.loop.verify * factor)
+    assert loop.level == loop.node == 0.0 and loop.drafter == {}

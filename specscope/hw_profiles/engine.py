@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from specscope.errors import InputError
-from specscope.hw_profiles.loop import LOOP_KEYS, LoopCosts
+from specscope.hw_profiles.loop import LOOP_KEYS, LOOP_TERMS, LoopCosts
 from specscope.hw_profiles.profile import HardwareProfile, load_profile
 from specscope.names import HOST_DRAFTERS, RUNTIMES
 
@@ -52,7 +52,8 @@ class Engine:
     --runtime); stated / stated_drafters: the `[loop]` terms the file gives (seconds);
     reference_layer_s: specscope's eager Transformer layer's host issue time measured beside
     them (0: they are seconds on the host the eager runtimes were measured on);
-    loop_from_profile: under them, the loop profile-hw measured on `measured_on` ("" for the box
+    loop_from_profile: under them, the terms (`LoopCosts` fields; all of them for
+    `from_profile = true`) of the loop profile-hw measured on `measured_on` ("" for the box
     itself); host_layer_ratio: the engine's model code's eager host issue time per layer over
     specscope's Transformer's, which the eager runtimes were fitted on; sources: where each
     stated value comes from, by key, or "assumed: …".
@@ -67,7 +68,7 @@ class Engine:
     measured_on: str
     stated: dict[str, float]
     stated_drafters: dict[str, float]
-    loop_from_profile: bool
+    loop_from_profile: tuple[str, ...]
     reference_layer_s: float
     host_layer_ratio: float
     sources: dict[str, str]
@@ -81,7 +82,7 @@ class Engine:
         base = LoopCosts()
         if self.loop_from_profile:
             source = load_profile(self.measured_on) if self.measured_on else hw
-            base = source.loop
+            base = LoopCosts(**{f: getattr(source.loop, f) for f in self.loop_from_profile})
             if source.name != hw.name:
                 base = base.carried(host_scale(source, hw))
         factor = (_eager_layer_s(hw) / self.reference_layer_s if self.reference_layer_s
@@ -148,9 +149,7 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     if not isinstance(table, dict):
         raise InputError(f"{where}: [loop] must be a table")
     measured_on = str(table.get("measured_on", ""))
-    from_profile = table.get("from_profile", False)
-    if not isinstance(from_profile, bool):
-        raise InputError(f"{where}: [loop] from_profile must be true or false")
+    from_profile = _terms(table.get("from_profile", False), where)
     drafters = {}
     values: dict[str, float] = {}
     for key, value in table.items():
@@ -187,6 +186,16 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                   measured_on=measured_on, stated=values, stated_drafters=drafters,
                   loop_from_profile=from_profile, reference_layer_s=reference * 1e-6,
                   host_layer_ratio=ratio, sources=dict(sources))
+
+
+def _terms(value: Any, where: str) -> tuple[str, ...]:
+    """`[loop] from_profile`: true (every term), false (none) or a list of `LoopCosts` terms."""
+    if isinstance(value, bool):
+        return LOOP_TERMS if value else ()
+    if not isinstance(value, list) or not set(value) <= set(LOOP_TERMS):
+        raise InputError(f"{where}: [loop] from_profile must be true, false or a list of "
+                         f"{', '.join(LOOP_TERMS)}; got {value!r}")
+    return tuple(value)
 
 
 def _number(value: Any, key: str, where: str) -> float:

@@ -58,3 +58,7 @@ class LoopCosts:
         if temperature > 0 and self.sampled_verify:
             return self.sampled_verify
         return self.verify
+
+
+LOOP_TERMS = tuple(f.name for f in fields(LoopCosts))
+"""Every term of a loop, by field name."""
