@@ -74,7 +74,7 @@ def test_a_loop_measured_on_one_host_is_carried_by_the_eager_layer_ratio() -> No
     assert loop.step == pytest.approx(cpu.loop.step * factor)
     assert loop.level == pytest.approx(cpu.loop.level * factor)
     assert loop.draft_cold == 0.0 and loop.verify_cold == 0.0  # the CPU's cache effects stay
-    assert loop.node == pytest.approx(67.38e-6)  # stated uncarried (the file's source)
+    assert loop.node == cpu.loop.node  # uncarried: CPU-tensor and Python work per node
     # on the host that measured it, the loop is that host's own
     own = load_engine("research-hf").loop_costs(cpu)
     assert own == cpu.loop
@@ -122,6 +122,7 @@ def test_a_chain_only_engine_refuses_a_branching_tree() -> None:
     ('host_layer_ratio = 0.5', '', "says nothing of 'host_layer_ratio'"),
     ('[loop]\nfrom_profile = true', '', "says nothing of 'loop'"),
     ('[loop]\nfrom_profile = ["step", "speed"]', 'loop = "x"\n', "from_profile must be"),
+    ('[loop]\nfrom_profile = ["step"]\nuncarried = ["node"]', 'loop = "x"\n', "uncarried names"),
 ])
 def test_a_bad_engine_file_is_one_clear_error(tmp_path: Path, body: str, sources: str,
                                               message: str) -> None:

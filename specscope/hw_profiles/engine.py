@@ -41,7 +41,7 @@ mask over prefix + tree, or none (it verifies chains only)."""
 DEFAULT_ENGINE = "specscope"
 
 
-_LOOP_SETTINGS = ("measured_on", "from_profile", "reference_layer_us")
+_LOOP_SETTINGS = ("measured_on", "from_profile", "uncarried", "reference_layer_us")
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,10 @@ class Engine:
     them (0: they are seconds on the host the eager runtimes were measured on);
     loop_from_profile: under them, the terms (`LoopCosts` fields; all of them for
     `from_profile = true`) of the loop profile-hw measured on `measured_on` ("" for the box
-    itself); host_layer_ratio: the engine's model code's eager host issue time per layer over
-    specscope's Transformer's, which the eager runtimes were fitted on; sources: where each
-    stated value comes from, by key, or "assumed: …".
+    itself), those in `uncarried` taken as measured (host work a GPU's launch cost does not
+    multiply: CPU-tensor and Python work); host_layer_ratio: the engine's model code's eager
+    host issue time per layer over specscope's Transformer's, which the eager runtimes were
+    fitted on; sources: where each stated value comes from, by key, or "assumed: …".
     """
 
     name: str
@@ -69,6 +70,7 @@ class Engine:
     stated: dict[str, float]
     stated_drafters: dict[str, float]
     loop_from_profile: tuple[str, ...]
+    uncarried: tuple[str, ...]
     reference_layer_s: float
     host_layer_ratio: float
     sources: dict[str, str]
@@ -84,7 +86,9 @@ class Engine:
             source = load_profile(self.measured_on) if self.measured_on else hw
             base = LoopCosts(**{f: getattr(source.loop, f) for f in self.loop_from_profile})
             if source.name != hw.name:
-                base = base.carried(host_scale(source, hw))
+                base = dataclasses.replace(
+                    base.carried(host_scale(source, hw)),
+                    **{f: getattr(base, f) / hw.host_speed for f in self.uncarried})
         factor = (_eager_layer_s(hw) / self.reference_layer_s if self.reference_layer_s
                   else 1.0 / hw.host_speed)
         return dataclasses.replace(
@@ -149,7 +153,11 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     if not isinstance(table, dict):
         raise InputError(f"{where}: [loop] must be a table")
     measured_on = str(table.get("measured_on", ""))
-    from_profile = _terms(table.get("from_profile", False), where)
+    from_profile = _terms(table.get("from_profile", False), "from_profile", where)
+    uncarried = _terms(table.get("uncarried", []), "uncarried", where)
+    if not set(uncarried) <= set(from_profile) or "drafter" in uncarried:
+        raise InputError(f"{where}: [loop] uncarried names terms from_profile does not take "
+                         "(or drafter)")
     drafters = {}
     values: dict[str, float] = {}
     for key, value in table.items():
@@ -184,16 +192,16 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                   draft_runtime=runtimes["draft_runtime"],
                   tree_attention=data["tree_attention"], baseline=data["baseline"],
                   measured_on=measured_on, stated=values, stated_drafters=drafters,
-                  loop_from_profile=from_profile, reference_layer_s=reference * 1e-6,
-                  host_layer_ratio=ratio, sources=dict(sources))
+                  loop_from_profile=from_profile, uncarried=uncarried,
+                  reference_layer_s=reference * 1e-6, host_layer_ratio=ratio, sources=dict(sources))
 
 
-def _terms(value: Any, where: str) -> tuple[str, ...]:
-    """`[loop] from_profile`: true (every term), false (none) or a list of `LoopCosts` terms."""
+def _terms(value: Any, key: str, where: str) -> tuple[str, ...]:
+    """`[loop] key`: true (every term), false (none) or a list of `LoopCosts` terms."""
     if isinstance(value, bool):
         return LOOP_TERMS if value else ()
     if not isinstance(value, list) or not set(value) <= set(LOOP_TERMS):
-        raise InputError(f"{where}: [loop] from_profile must be true, false or a list of "
+        raise InputError(f"{where}: [loop] {key} must be true, false or a list of "
                          f"{', '.join(LOOP_TERMS)}; got {value!r}")
     return tuple(value)
 
