@@ -21,8 +21,9 @@ $(RAY_STAMP): $(STAMP)
 	$(BIN)/python -c "import ray, torch; assert torch.__version__.startswith('2.13.0')"
 	touch $(RAY_STAMP)
 
+# a re-run replaces the earlier demo's results in out/demo
 demo: $(STAMP)
-	$(BIN)/specscope demo
+	$(BIN)/specscope demo --force
 
 # the dashboard's browser test opens the report in Debian's headless Chromium
 chromium:

@@ -1,9 +1,30 @@
-"""The one exception type for bad user input.
+"""The one exception type for bad user input, and the one warning for input that works but may
+mislead.
 
 Library code raises `InputError` with a message that names the file, column, row or option at
 fault; the command line prints that message as a single stderr line and exits with status 2.
+`warn` says what may mislead (a user profile shadowing a shipped one, a poorly fitted profile)
+as one `specscope: warning:` line on stderr, and the command goes on.
 """
+
+import warnings
 
 
 class InputError(ValueError):
     """Bad user input: the message is one line that says what is wrong and where."""
+
+
+class InputWarning(UserWarning):
+    """Input that works but may mislead: one line that says what and where."""
+
+
+def warn(message: str) -> None:
+    """Warn about the user's input (`InputWarning`); the command line prints it as one line."""
+    warnings.warn(message, InputWarning, stacklevel=2)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none): what a
+    library's error says, fit for one line of ours."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -38,3 +38,6 @@ ADAPT_POSITIONS = ("wrong", "all")
 """`adapt --positions` choices: which served positions the draft is distilled on."""
 DRIFT_RELATIVE_TO = ("control", "first")
 """`adapt --relative-to` choices: what the drift schedule divides each block's acceptance by."""
+PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64, "docstring": 64, "sql": 64}
+"""Built-in prompt sets (`--prompts builtin:NAME`, `models/zoo/prompts.py`) and how many prompts
+each holds."""

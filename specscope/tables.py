@@ -61,13 +61,24 @@ def _count(x: float) -> str:
 
 
 def cost_table(report: dict[str, Any], title: str) -> Table:
-    """The per-operator breakdown of `specscope cost`."""
-    table = Table(title=title)
+    """The breakdown of `specscope cost`: each operator's device time, then the terms beyond
+    the operators (device fixed time, host issue time, ...), whose rows add up to the step; the
+    last row says what bounds the step."""
+    table = Table(title=title, caption="rows add up to the step · bound: what limits the row; "
+                  "on the step row, what limits the step")
     for col in ("operator", "GFLOP", "MB moved", "time ms", "bound"):
         table.add_column(col, justify="left" if col in ("operator", "bound") else "right")
     for op in report["operators"]:
         table.add_row(op["op"], f"{op['flops'] / 1e9:.3f}", f"{op['bytes'] / 1e6:.1f}",
                       f"{op['time_ms']:.4f}", op["bound"])
+    table.add_section()
+    for term in report["step_terms"]:
+        table.add_row(term["what"], "", "", f"{term['time_ms']:.4f}", term["bound"])
+    table.add_section()
+    flops = sum(op["flops"] for op in report["operators"])
+    moved = sum(op["bytes"] for op in report["operators"])
+    table.add_row(f"step ({report['source']})", f"{flops / 1e9:.3f}", f"{moved / 1e6:.1f}",
+                  f"{report['step_time_ms']:.4f}", f"{report['bound']}-bound", style="bold")
     return table
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from specscope.errors import InputError
+from specscope.files import read_json
 
 ROOT_SOURCE = "root"
 DEFAULT_SOURCE = "draft"
@@ -233,13 +234,25 @@ class Tree:
     @classmethod
     def from_dict(cls, data: Mapping[str, Sequence]) -> Tree:
         """Inverse of `to_dict`; a missing or malformed field is an `InputError`."""
-        try:
-            parents, ranks, sources = data["parents"], data["ranks"], data["sources"]
-        except (KeyError, TypeError) as exc:
-            raise InputError(f"tree: missing field {exc}") from None
+        if not isinstance(data, Mapping):
+            raise InputError("tree: expected an object with parents, ranks and sources")
+        missing = [k for k in ("parents", "ranks", "sources") if k not in data]
+        if missing:
+            raise InputError(f"tree: missing field {', '.join(missing)}")
+        parents, ranks, sources = data["parents"], data["ranks"], data["sources"]
+        if not all(isinstance(v, list) for v in (parents, ranks, sources)):
+            raise InputError("tree: parents, ranks and sources must be lists")
         if not (len(parents) == len(ranks) == len(sources)):
             raise InputError("tree: parents, ranks and sources differ in length")
-        return cls(np.array(parents, dtype=np.int64), np.array(ranks, dtype=np.int64), sources)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*parents, *ranks)):
+            raise InputError("tree: parents and ranks must be integers")
+        if not all(isinstance(v, str) for v in sources):
+            raise InputError("tree: sources must be strings")
+        try:
+            arrays = np.array(parents, dtype=np.int64), np.array(ranks, dtype=np.int64)
+        except OverflowError:
+            raise InputError("tree: parents and ranks must fit 64-bit integers") from None
+        return cls(*arrays, sources)
 
     def to_json(self) -> str:
         """JSON text of `to_dict`."""
@@ -348,12 +361,7 @@ def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
     """A tree from a JSON file: a bare tree (`Tree.to_dict`), or `optimize-tree --json` /
     `-o` output, whose best result is taken, or the result of method `algo`."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such tree file") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_json(path, "tree file")
     if not (isinstance(data, dict) and "results" in data):
         if algo is not None:
             raise InputError(f"--algo {algo}: {path} holds one bare tree, not optimize-tree "

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import Cli
 
-from specscope.cli import main
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.profile import DATA_DIR, PROFILE_DIR_ENV, with_runtime
 from specscope.models import get_model
@@ -125,20 +124,8 @@ def test_a_wrong_fit_is_seen_on_held_out_points() -> None:
     assert np.isfinite(fit.fit_median_rel_err) and fit.fit_median_rel_err < 0.01
 
 
-Run = Callable[..., tuple[int, str, str]]
 
 
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str]) -> Run:
-    """Run the CLI in-process; return (exit code, stdout, stderr)."""
-
-    def _run(*args: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        out, err = capsys.readouterr()
-        return int(exc.value.code or 0), out, err
-
-    return _run
 
 
 BAD = [
@@ -153,11 +140,11 @@ if not torch.cuda.is_available():
 
 
 @pytest.mark.parametrize(("args", "needle"), BAD)
-def test_bad_input_is_one_line_exit_2_and_nothing_written(run: Run, profile_dir: Path,
+def test_bad_input_is_one_line_exit_2_and_nothing_written(cli: Cli, profile_dir: Path,
                                                           tmp_path: Path, args: list[str],
                                                           needle: str) -> None:
     out_file = tmp_path / "p.toml"
-    code, _, err = run("profile-hw", *args, "-o", str(out_file))
+    code, _, err = cli("profile-hw", *args, "-o", str(out_file))
     assert code == 2, err
     assert needle in err and len(err.strip().splitlines()) == 1
     assert not out_file.exists() and not profile_dir.exists()

@@ -11,7 +11,8 @@ from specscope.systems.reproduce import reproduce
 from specscope.systems.specdecpp import expected_tokens, predict, stop_length
 
 CASE = Case(name="p", system="specdecpp", hw="a100", target="llama-2-70b", draft="llama-2-7b",
-            where="t.toml", engine="hf-eager", options={"alpha": 0.8, "threshold": 0.7})
+            where="t.toml", engine="hf-eager", gpus=2,
+            options={"alpha": 0.8, "threshold": 0.7})
 
 
 def test_stop_rule() -> None:

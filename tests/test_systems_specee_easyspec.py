@@ -43,7 +43,7 @@ def _specee(**options: object) -> Case:
 
 def _easyspec(**fields: object) -> Case:
     base = {"system": "easyspec", "target": "llama-3-70b", "draft": "llama-3-8b", "tp": 8,
-            "tree": (1, 1, 1, 1, 1), "tau": 4.0}
+            "gpus": 8, "tree": (1, 1, 1, 1, 1), "tau": 4.0}
     return _case(**(base | fields))
 
 

@@ -8,7 +8,9 @@ typer apps, registers the commands with an example each, and turns errors into o
 
 from __future__ import annotations
 
+import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Annotated
 
@@ -18,7 +20,10 @@ from specscope import __version__
 from specscope.cli import adapt, measure, predict, report
 from specscope.cli.compat import USAGE_ERRORS, NoArgsIsHelpError
 from specscope.cli.help import APP_SETTINGS, Command, example
-from specscope.errors import InputError
+from specscope.errors import InputError, InputWarning, first_line
+
+DEBUG_ENV = "SPECSCOPE_DEBUG"
+"""Set (to anything) to see the traceback of an internal error instead of its one line."""
 
 app = typer.Typer(help="specscope: design-space explorer for speculative decoding.",
                   no_args_is_help=True, **APP_SETTINGS)
@@ -87,9 +92,21 @@ def _options(
 def _run(
     command: typer.core.TyperCommand | typer.core.TyperGroup, prog: str, argv: list[str] | None
 ) -> None:
-    """Invoke a click command; usage and input errors become one stderr line and exit 2."""
+    """Invoke a click command; usage and input errors become one stderr line and exit 2, input
+    warnings one stderr line each (once per message)."""
+
+    def show(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+        if issubclass(category, InputWarning):
+            print(f"{prog}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+        else:
+            shown(message, category, *_, **__)
+
+    shown = warnings.showwarning
     try:
-        code = command.main(args=argv, prog_name=prog, standalone_mode=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", InputWarning)
+            warnings.showwarning = show
+            code = command.main(args=argv, prog_name=prog, standalone_mode=False)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -102,6 +119,16 @@ def _run(
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # a bug of ours, not the user's input: one line, traceback on request
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"{prog}: internal error: {type(exc).__name__}: {' '.join(first_line(exc).split())}"
+              f" (please report it with the command; {DEBUG_ENV}=1 shows the traceback)",
+              file=sys.stderr)
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 
 

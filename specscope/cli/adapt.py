@@ -10,7 +10,18 @@ import typer
 from rich.table import Table
 
 from specscope.atomic import write_text_atomic
-from specscope.cli.common import AsJson, Choices, CpuThreads, Seed, _emit, _progress, console
+from specscope.cli.checks import Output, Range
+from specscope.cli.common import (
+    PROMPT_SOURCES,
+    AsJson,
+    Choices,
+    CpuThreads,
+    Force,
+    Seed,
+    _emit,
+    _progress,
+    console,
+)
 from specscope.errors import InputError
 from specscope.names import DEFAULT_DRAFT_MODEL
 
@@ -21,24 +32,26 @@ entry, so a 32-request run writes an 8-entry schedule."""
 
 def adapt(
     model: Annotated[str, typer.Option(help="Zoo target model.")],
-    prompts: Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit, "
-                                              "builtin:sql or a .jsonl file.")],
+    prompts: Annotated[str, typer.Option(help=f"Prompts to serve: {PROMPT_SOURCES}.")],
     draft_model: Annotated[str, typer.Option(help="Zoo draft model (a Transformer).")] = (
         DEFAULT_DRAFT_MODEL),
-    n: Annotated[int, typer.Option(help="Prompts to serve, in order.")] = 32,
-    repeat: Annotated[int, typer.Option(help="Serve the n prompts this many times over "
+    n: Annotated[int, typer.Option(min=1, help="Prompts to serve, in order.")] = 32,
+    repeat: Annotated[int, typer.Option(min=1, help="Serve the n prompts this many times over "
                                              "(queries that come back).")] = 1,
-    max_new: Annotated[int, typer.Option(help="New tokens per request.")] = 64,
-    every: Annotated[int, typer.Option(help="Requests between two updates of the draft.")] = 1,
-    steps: Annotated[int, typer.Option(help="AdamW steps per update.")] = 4,
-    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-4,
+    max_new: Annotated[int, typer.Option(min=1, help="New tokens per request.")] = 64,
+    every: Annotated[int, typer.Option(min=1, help="Requests between two updates of the "
+                                                   "draft.")] = 1,
+    steps: Annotated[int, typer.Option(min=1, help="AdamW steps per update.")] = 4,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate."), Range(0, low_closed=False)
+                  ] = 1e-4,
     loss: Annotated[str, typer.Option(help="Divergence between target and draft."),
                     Choices("specscope.names:ADAPT_LOSSES")] = "fkl",
     positions: Annotated[str, typer.Option(help="Distil where the draft was wrong (OSD) or at "
                                                 "every served position."),
                          Choices("specscope.names:ADAPT_POSITIONS")] = "wrong",
-    depth: Annotated[int, typer.Option(help="Drafts per step (a chain).")] = 4,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.0,
+    depth: Annotated[int, typer.Option(min=1, help="Drafts per step (a chain).")] = 4,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy)."),
+                           Range(0)] = 0.0,
     rule: Annotated[str | None, typer.Option(help="Verification rule (default: greedy at "
                                                   "temperature 0, else deterministic)."),
                     Choices("specscope.names:RULES")] = None,
@@ -52,9 +65,10 @@ def adapt(
                                                   "the first block's."),
                            Choices("specscope.names:DRIFT_RELATIVE_TO")] = "control",
     drift_out: Annotated[Path | None, typer.Option(help="Write the drift schedule here "
-                                                        "(X,X,... for simulate --drift).")] = (
-        None),
+                                                        "(X,X,... for simulate --drift)."),
+                         Output()] = None,
     as_json: AsJson = False,
+    force: Force = False,
 ) -> None:
     """Serve a stream of requests while distilling the draft online (OSD), against the same
     stream never adapted; per-block acceptance and the simulator's drift schedule."""

@@ -14,7 +14,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from specscope.atomic import write_text_atomic
+from specscope.cli.checks import Range
 from specscope.errors import InputError
+from specscope.names import PROMPT_SET_SIZES
 
 console = Console()
 
@@ -52,7 +54,9 @@ EngineName = Annotated[str | None, typer.Option(
 Offload = Annotated[float, typer.Option(
     "--offload", help="Fraction of the target's weights kept in host memory and streamed over "
                       "the profile's host link every forward (docs/hardware.md#weight-"
-                      "offloading).")]
+                      "offloading)."), Range(0, 1)]
+TensorParallel = Annotated[int, typer.Option(min=1, help="Tensor-parallel degree of the "
+                                                         "target.")]
 TreeAttention = Annotated[str, typer.Option(
     "--tree-attention", help="split: prefix read once, tree block masked; dense: one mask "
                              "over prefix and tree."),
@@ -68,18 +72,23 @@ StepRuntime = Annotated[str | None, typer.Option(
     "--runtime", help="How steps run: eager, CUDA graphs or torch.compile (default: graph on "
                       "cuda, eager on cpu)."),
     Choices("specscope.names:RUNTIMES")]
-Seed = Annotated[int, typer.Option(help="Random seed.")]
+Seed = Annotated[int, typer.Option(min=0, help="Random seed.")]
 CpuThreads = Annotated[int | None, typer.Option(
-    "--threads", help="torch CPU threads (default: 1 on cuda and for models under 100M "
+    "--threads", min=1, help="torch CPU threads (default: 1 on cuda and for models under 100M "
                        "parameters, else the fastest on a short probe; recorded with why).")]
 SystemName = Annotated[str | None, typer.Option(
     "--system", help="A seed system whose cost models serve (head, hierspec, longspec, ...)."),
     Choices("specscope.systems.registry:SYSTEM_NAMES")]
 SystemOptions = Annotated[str | None, typer.Option(
     "--system-options", help="The system's own keys, KEY=VALUE,... (window=512).")]
-Images = Annotated[int, typer.Option(help="Images per request (vision-language systems: their "
-                                          "tokens join every prompt).")]
+Images = Annotated[int, typer.Option(min=0, help="Images per request (vision-language systems: "
+                                                 "their tokens join every prompt).")]
+PROMPT_SOURCES = (f"a built-in set ({', '.join(f'builtin:{name}' for name in PROMPT_SET_SIZES)})"
+                  ' or a .jsonl file, one {"prompt": "..."} object per line (UTF-8, blank lines '
+                  "skipped)")
+"""What `--prompts` takes (`models/zoo/prompts.py:load_prompts`), for its help."""
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+Force = Annotated[bool, typer.Option("--force", help="Replace output files that exist.")]
 
 
 def _csv_ints(text: str, option: str) -> list[int]:
@@ -96,12 +105,30 @@ def _csv_floats(text: str, option: str) -> list[float]:
         raise InputError(f"{option}: expected comma-separated numbers, got {text!r}") from None
 
 
-def _emit(payload: dict | list, as_json: bool, output: Path | None) -> None:
+def _emit(payload: dict | list, as_json: bool, output: Path | None = None,
+          summary: str = "") -> bool:
+    """Put out a command's report document, the one rule of every command with `--json` and
+    `-o`: `-o FILE` writes the document there and prints one line saying what was written
+    where (`summary`), never the document; `--json` without `-o` prints it on stdout. True
+    when done, False when the caller prints its tables (neither option)."""
     text = json.dumps(payload, indent=2)
     if output is not None:
         write_text_atomic(output, text + "\n")
-    if as_json:
+        _wrote(output, summary, False)
+    elif as_json:
         sys.stdout.write(text + "\n")
+    return output is not None or as_json
+
+
+def _wrote(path: Path, summary: str, as_json: bool) -> None:
+    """The one line saying that `path` was written and what it holds; on stderr under
+    `--json`, which keeps stdout one JSON document (commands whose `-o` file is not their
+    report: simulate, validate)."""
+    line = f"wrote {path}" + (f": {summary}" if summary else "")
+    if as_json:
+        print(line, file=sys.stderr)
+    else:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _progress(label: str) -> Progress:

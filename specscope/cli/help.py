@@ -1,6 +1,7 @@
-"""Help that reads like click's own: plain text, every option's value named (`--hw NAME`,
-`--rate REQ/S`, `-o PATH`), fixed sets listed from the library (`--runtime [eager|graph|compile]`),
-flags bare (`--json`), and an example under each command."""
+"""The command class: help that reads like click's own (plain text, every option's value named:
+`--hw NAME`, `--rate REQ/S`, `-o PATH`; fixed sets listed from the library: `--runtime
+[eager|graph|compile]`; flags bare: `--json`; an example under each command), and the checks of
+`cli/checks.py` before the command runs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any, get_args
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
+from specscope.cli.checks import check_options
 from specscope.cli.common import Choices
 
 if TYPE_CHECKING:
@@ -54,10 +56,16 @@ def name_metavars(command: TyperCommand) -> None:
 
 
 class Command(TyperCommand):
-    """A command whose help names its options' values (`name_metavars`) when it is shown, so
-    that only `--help` imports the modules that define the choices."""
+    """A command whose options are checked before it runs (`check_options`) and whose help
+    names its options' values (`name_metavars`) when it is shown, so that only `--help` imports
+    the modules that define the choices."""
 
     context_class = typer.Context
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        """Run the command once its options pass `check_options`."""
+        check_options(self, ctx.params)
+        return super().invoke(ctx)
 
     def get_help(self, ctx: typer.Context) -> str:
         """The help text, values named."""

@@ -8,31 +8,35 @@ from typing import Annotated
 
 import typer
 
+from specscope.cli.checks import Output, Range
 from specscope.cli.common import (
+    PROMPT_SOURCES,
     AsJson,
     Choices,
     CpuThreads,
     Device,
     Dtype,
+    Force,
     Hw,
     Seed,
     StepRuntime,
     _emit,
     _progress,
+    _wrote,
     console,
 )
 from specscope.errors import InputError
 from specscope.names import DEFAULT_DRAFT_MODEL
 
 Model = Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")]
-Prompts = Annotated[str, typer.Option(help="builtin:stdlib-code, builtin:code-edit or a .jsonl "
-                                           "file.")]
+Prompts = Annotated[str, typer.Option(help=f"Prompts: {PROMPT_SOURCES}.")]
 DraftModel = Annotated[str | None, typer.Option(help=f"Draft model (default: "
                                                     f"{DEFAULT_DRAFT_MODEL}).")]
 LayerSkip = Annotated[str, typer.Option(help="The layerskip drafter's layers: swift (a skip set "
                                              "searched on the first requests), del (an exit "
                                              "layer per step) or layer indices to skip (1,2).")]
-Temperature = Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")]
+Temperature = Annotated[float, typer.Option(help="Sampling temperature (0: greedy)."),
+                        Range(0)]
 
 
 def profile_hw(
@@ -47,7 +51,10 @@ def profile_hw(
         False),
     threads: CpuThreads = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Profile TOML to write "
-                                                "(default: the user profile directory).")] = None,
+                                                "(default: the user profile directory)."),
+                      Output()] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing profile, or take "
+                                                        "a shipped profile's name.")] = False,
 ) -> None:
     """Measure this machine and write a calibrated profile. Each runtime's cost terms are fitted
     to measured step times."""
@@ -62,7 +69,7 @@ def profile_hw(
         result = run_profile_hw(
             name, device, runtimes, quick, threads, output,
             progress=lambda done, total, _: bar.update(task, completed=done, total=total),
-            command=command)
+            command=command, force=force)
     for fit in result.fits.values():
         console.print(f"{fit.runtime}: held-out error median {fit.heldout_median_rel_err:.1%}, "
                       f"max {fit.heldout_max_rel_err:.1%} ({fit.held_out} points; "
@@ -71,14 +78,16 @@ def profile_hw(
 
 
 def trace_synth(
-    output: Annotated[Path, typer.Option("-o", "--output", help="Parquet file to write.")],
-    requests: Annotated[int, typer.Option(help="Requests to generate.")] = 32,
-    length: Annotated[int, typer.Option(help="Generated positions per request.")] = 256,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Parquet file to write."),
+                      Output()],
+    requests: Annotated[int, typer.Option(min=1, help="Requests to generate.")] = 32,
+    length: Annotated[int, typer.Option(min=1, help="Generated positions per request.")] = 256,
     seed: Seed = 0,
     sources: Annotated[str, typer.Option(help="Comma-separated drafter sources.")] = (
         "draft:llama-68m,ngram,recycle"
     ),
-    k: Annotated[int, typer.Option("-k", help="Candidates per position.")] = 8,
+    k: Annotated[int, typer.Option("-k", min=1, help="Candidates per position.")] = 8,
+    force: Force = False,
 ) -> None:
     """Write a synthetic schema-v1 trace with documented, tunable acceptance behaviour."""
     from specscope.trace import synth_trace, write_trace
@@ -95,8 +104,8 @@ def generate(
     drafter: Annotated[str, typer.Option(help="Who proposes the draft tokens."),
                        Choices("specscope.names:DRAFTERS")],
     prompts: Prompts,
-    n: Annotated[int, typer.Option(help="Prompts to decode.")] = 8,
-    max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 64,
+    n: Annotated[int, typer.Option(min=1, help="Prompts to decode.")] = 8,
+    max_new: Annotated[int, typer.Option(min=1, help="New tokens per prompt.")] = 64,
     draft_model: DraftModel = None,
     layer_skip: LayerSkip = "swift",
     algo: Annotated[str | None, typer.Option(help="Tree method (dyspec, specdecpp and goose "
@@ -105,7 +114,8 @@ def generate(
                                                   "rsd-s draws it by stochastic beam search)."),
                     Choices("specscope.optimizers.compare:METHOD_NAMES", ("stand", "rsd-s"))
                     ] = None,
-    budget: Annotated[int | None, typer.Option(help="Tree size n (root included).")] = None,
+    budget: Annotated[int | None, typer.Option(min=1, help="Tree size n (root included).")] = (
+        None),
     tree: Annotated[Path | None, typer.Option(help="A tree JSON from optimize-tree -o.")] = None,
     ssm_verify: Annotated[str, typer.Option(help="SSM targets: one tree-masked pass (stree) "
                                                  "or one pass per leaf (naive)."),
@@ -149,31 +159,39 @@ def validate(
     model: Annotated[str, typer.Option(help="Zoo target model (tiny-code, ...).")],
     device: Device = "auto",
     runtime: StepRuntime = None,
-    prompts: Annotated[str, typer.Option(help="Comma list of prompt sets, split into "
-                                              "calibration and held-out halves.")] = (
+    prompts: Annotated[str, typer.Option(help=f"Comma list of prompt sets, each "
+                                              f"{PROMPT_SOURCES}; split into calibration and "
+                                              "held-out halves.")] = (
         "builtin:code-edit,builtin:stdlib-code"
     ),
     quick: Annotated[bool, typer.Option(help="9 configurations, 64+64 prompts, one pass.")] = (
         False),
-    seed: Annotated[int, typer.Option(help="Random seed (prompt split, sampling).")] = 0,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: those the "
+    seed: Annotated[int, typer.Option(min=0, help="Random seed (prompt split, sampling).")] = 0,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads (default: those the "
                                                      "profile was measured with, else as "
                                                      "generate's).")] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", metavar="DIR",
                                                 help="Folder for the per-configuration table "
-                                                     "(parquet).")] = None,
+                                                     "(parquet)."),
+                      Output(folder=True)] = None,
+    force: Force = False,
 ) -> None:
     """Predicted against measured speculative decoding on held-out prompts (batch 1)."""
+    from specscope.outputs import check_folder_files
     from specscope.validate.compare import ValidateRequest, run_validate
     from specscope.validate.report import (
+        PARQUET_NAME,
         config_table,
         drift_line,
+        miss_table,
         recommendation_line,
         summary_table,
         write_table,
     )
 
+    if output is not None:
+        check_folder_files(output, [PARQUET_NAME], "-o", force)
     request = ValidateRequest(hw=hw, model=model, device=device, runtime=runtime, quick=quick,
                               prompts=prompts, seed=seed, threads=threads)
     with _progress("validating") as bar:
@@ -182,38 +200,41 @@ def validate(
             request, progress=lambda done, total: bar.update(task, completed=done, total=total)
         )
     doc = result.to_dict()
-    if output is not None:
-        write_table(result, output)
-    if as_json:
-        _emit(doc, True, None)
-        return
-    console.print(config_table(doc))
-    console.print(summary_table(doc))
-    console.print(recommendation_line(doc))
-    drift = drift_line(doc)
-    if drift:
-        console.print(drift)
-    for note in doc["notes"]:
-        console.print(f"note: {note}")
+    written = None if output is None else write_table(result, output)
+    if not _emit(doc, as_json):
+        console.print(config_table(doc))
+        console.print(miss_table(doc))
+        console.print(summary_table(doc))
+        console.print(recommendation_line(doc))
+        drift = drift_line(doc)
+        if drift:
+            console.print(drift)
+        for note in doc["notes"]:
+            console.print(f"note: {note}")
+    if written is not None:
+        _wrote(written, f"{len(doc['configs'])} configurations, predicted against measured",
+               as_json)
 
 
 def collect(
     model: Model,
     prompts: Prompts,
-    output: Annotated[Path, typer.Option("-o", "--output", help="Trace parquet to write.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Trace parquet to write."),
+                      Output()],
     drafters: Annotated[str, typer.Option(help="Drafters whose candidates to record."),
                         Choices("specscope.names:COLLECT_DRAFTERS", many=True)] = (
         "draft,ngram,suffix,recycle"),
     draft_model: DraftModel = None,
     layer_skip: LayerSkip = "swift",
-    n: Annotated[int, typer.Option(help="Prompts to trace.")] = 16,
-    max_new: Annotated[int, typer.Option(help="New tokens per prompt.")] = 128,
+    n: Annotated[int, typer.Option(min=1, help="Prompts to trace.")] = 16,
+    max_new: Annotated[int, typer.Option(min=1, help="New tokens per prompt.")] = 128,
     temperature: Temperature = 0.0,
     seed: Seed = 0,
     threads: CpuThreads = None,
     device: Device = "auto",
     dtype: Dtype = "float32",
     runtime: StepRuntime = None,
+    force: Force = False,
 ) -> None:
     """Trace real forward passes: every drafter's candidates given the true prefix."""
     from specscope.executor.collect import collect as run_collect
@@ -239,16 +260,17 @@ def zoo_train(
                                             "first)."),
                      Choices("specscope.models.zoo:ORDER", ("all",))] = "all",
     minutes: Annotated[float | None, typer.Option(help="Plan each model's steps from this "
-                                                       "wall-clock budget instead.")] = None,
-    steps: Annotated[int | None, typer.Option(help="Steps per model (default: those of the "
-                                                   "shipped weights).")] = None,
+                                                       "wall-clock budget instead."),
+                       Range(0, low_closed=False)] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="Steps per model (default: those of "
+                                                          "the shipped weights).")] = None,
     seed: Seed = 0,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: the fastest "
-                                                     "on a short probe of a training-sized "
-                                                     "step).")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads (default: the "
+                                                            "fastest on a short probe of a "
+                                                            "training-sized step).")] = None,
     out: Annotated[Path | None, typer.Option(metavar="DIR", help="Zoo folder to write "
-                                                                "(default: the package's).")
-                   ] = None,
+                                                                "(default: the package's)."),
+                   Output(folder=True)] = None,
 ) -> None:
     """Retrain the zoo models on the Python standard library (about 80 minutes on two cores)."""
     import torch

@@ -7,10 +7,12 @@ from typing import Annotated
 
 import typer
 
+from specscope.cli.checks import Output, Range
 from specscope.cli.common import (
     AsJson,
     Choices,
     EngineName,
+    Force,
     Hw,
     Images,
     Offload,
@@ -18,12 +20,14 @@ from specscope.cli.common import (
     Seed,
     SystemName,
     SystemOptions,
+    TensorParallel,
     TreeAttention,
     WeightBits,
     _csv_floats,
     _csv_ints,
     _emit,
     _progress,
+    _wrote,
     console,
 )
 from specscope.errors import InputError
@@ -39,12 +43,14 @@ PricedDrafter = Annotated[str | None, typer.Option(
 def cost(
     hw: Hw,
     model: Annotated[str, typer.Option(help="Model name from the catalogue.")],
-    batch: Annotated[int, typer.Option(help="Sequences in the batch.")] = 1,
-    new_tokens: Annotated[int, typer.Option(help="New tokens per sequence.")] = 1,
-    context: Annotated[int, typer.Option(help="Tokens already cached per sequence.")] = 512,
+    batch: Annotated[int, typer.Option(min=1, help="Sequences in the batch.")] = 1,
+    new_tokens: Annotated[int, typer.Option(min=1, help="New tokens per sequence.")] = 1,
+    context: Annotated[int, typer.Option(min=0, help="Tokens already cached per sequence.")] = (
+        512),
     weight_bits: WeightBits = None,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
-    group_size: Annotated[int, typer.Option(help="Weights per 4-bit quantisation group.")] = 128,
+    tp: TensorParallel = 1,
+    group_size: Annotated[int, typer.Option(min=1, help="Weights per 4-bit quantisation "
+                                                        "group.")] = 128,
     runtime: PricedRuntime = None,
     engine: EngineName = None,
     offload: Offload = 0.0,
@@ -101,7 +107,8 @@ def cost(
     console.print(cost_table(report, f"{model} on {hw} ({report['runtime']}, "
                                      f"{tree_attention} attention): batch {batch}, "
                                      f"{new_tokens} new tokens, context {context}"))
-    console.print(f"step time {report['step_time_ms']:.3f} ms ({report['source']}); "
+    console.print(f"step time {report['step_time_ms']:.3f} ms ({report['source']}, "
+                  f"{report['bound']}-bound); "
                   f"memory {report['memory_gb']:.1f} GB"
                   + ("" if report["fits"] else " — does NOT fit in device memory"))
     if drafter is not None:
@@ -121,31 +128,39 @@ def optimize_tree(
     algo: Annotated[str, typer.Option(help="Methods to compare."),
                     Choices("specscope.optimizers.compare:METHOD_NAMES", ("all",), many=True)
                     ] = "all",
-    budget: Annotated[int | None, typer.Option(help="Tree size n (root included).")] = None,
+    budget: Annotated[int | None, typer.Option(min=1, help="Tree size n (root included).")] = (
+        None),
     budgets: Annotated[str | None, typer.Option(help="Tree sizes to choose among (a Pareto "
                                                      "table per size).")] = None,
-    max_depth: Annotated[int | None, typer.Option(help="Depth cap (drafted levels).")] = 12,
+    max_depth: Annotated[int | None, typer.Option(min=1, help="Depth cap (drafted levels).")
+                         ] = 12,
     depth_dependent: Annotated[bool, typer.Option(help="Acceptance per depth and rank.")] = (
         False),
-    context: Annotated[int | None, typer.Option(help="Context length for the cost model "
-                                                     "(default: trace mean, else 512).")] = None,
-    ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0).")] = 0.0,
-    ets_coverage: Annotated[float, typer.Option(help="ETS λ_cov over sources (authors: 0).")] = 0.0,
+    context: Annotated[int | None, typer.Option(min=0, help="Context length for the cost model "
+                                                            "(default: trace mean, else 512).")
+                       ] = None,
+    ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0)."), Range(0)] = 0.0,
+    ets_coverage: Annotated[float, typer.Option(help="ETS λ_cov over sources (authors: 0)."),
+                            Range(0)] = 0.0,
     specdecpp_threshold: Annotated[float | None, typer.Option(
-        help="SpecDec++ stop threshold h (default: chosen per hardware; authors: 0.7).")] = None,
+        help="SpecDec++ stop threshold h (default: chosen per hardware; authors: 0.7)."),
+        Range(0, 1)] = None,
     goose_budget: Annotated[int | None, typer.Option(
-        help="Goose tree size (default: the compared budget; 0: the authors' 60–100 by match "
-             "confidence).")] = None,
+        min=0, help="Goose tree size (default: the compared budget; 0: the authors' 60–100 by "
+                    "match confidence).")] = None,
     dyspec_calibrate: Annotated[bool, typer.Option(
         help="Map DySpec's draft scores to acceptance by a monotone fit.")] = True,
-    eagle_beam: Annotated[int, typer.Option(help="EAGLE-2 nodes expanded per level.")] = 10,
+    eagle_beam: Annotated[int, typer.Option(min=1, help="EAGLE-2 nodes expanded per level.")
+                          ] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the fitted predictors.")] = 0,
     runtime: PricedRuntime = None,
     engine: EngineName = None,
     offload: Offload = 0.0,
     tree_attention: TreeAttention = "split",
     as_json: AsJson = False,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here."),
+                      Output(inputs=("trace",))] = None,
+    force: Force = False,
 ) -> None:
     """Best draft tree per method for this hardware, target, drafter and acceptance. Each
     method's tree is built under the same budget and priced on the profile's runtime."""
@@ -181,18 +196,23 @@ def optimize_tree(
         tree_attention=tree_attention,
     )
     result = run_optimize(request)
-    _emit(result.to_dict(), as_json, output)
-    if not as_json:
-        console.print(optimize_table(result))
-        if budgets is not None:
-            console.print(pareto_table(result))
+    sizes, best = list(result.comparison.pareto), result.comparison.scores[0]
+    summary = (f"{len(result.comparison.scores)} methods × {len(sizes)} "
+               f"budget{'s' if len(sizes) > 1 else ''} (n ≤ {', '.join(map(str, sizes))}) for "
+               f"{result.target} on {result.hardware}; best {best.algo} {best.speedup:.2f}× "
+               f"(n = {best.n:g})")
+    if _emit(result.to_dict(), as_json, output, summary):
+        return
+    console.print(optimize_table(result))
+    if budgets is not None:
+        console.print(pareto_table(result))
 
 
 def simulate(
     hw: Hw,
     target: Annotated[str, typer.Option(help="Target model from the catalogue.")],
-    rate: Annotated[float, typer.Option(help="Arrivals per second.")],
-    requests: Annotated[int, typer.Option(help="Arrivals to simulate.")],
+    rate: Annotated[float, typer.Option(help="Arrivals per second."), Range(0, low_closed=False)],
+    requests: Annotated[int, typer.Option(min=1, help="Arrivals to simulate.")],
     seed: Seed,
     drafter: PricedDrafter = None,
     trace: Annotated[Path | None, typer.Option(help="Trace parquet to replay (acceptance "
@@ -206,31 +226,36 @@ def simulate(
     tree: Annotated[Path | None, typer.Option(help="A tree JSON, or optimize-tree --json / "
                                                    "-o output (its best result).")] = None,
     algo: Annotated[str | None, typer.Option(help="Method of the --tree file to use.")] = None,
-    budget: Annotated[int, typer.Option(help="Tree size per request (root included) of the "
-                                             "dynamic policies.")] = 16,
-    max_depth: Annotated[int, typer.Option(help="Depth cap of the dynamic policies.")] = 12,
+    budget: Annotated[int, typer.Option(min=1, help="Tree size per request (root included) of "
+                                                    "the dynamic policies.")] = 16,
+    max_depth: Annotated[int, typer.Option(min=1, help="Depth cap of the dynamic policies.")
+                         ] = 12,
     runtime: PricedRuntime = None,
     engine: EngineName = None,
     offload: Offload = 0.0,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree of the target.")] = 1,
+    tp: TensorParallel = 1,
     weight_bits: WeightBits = None,
-    max_batch: Annotated[int, typer.Option(help="Sequences per step.")] = 32,
-    token_budget: Annotated[int, typer.Option(help="Tokens per step (trees and prompts).")] = (
-        8192),
-    chunked_prefill: Annotated[int | None, typer.Option(help="Prefill prompts in chunks of this "
-                                                             "many tokens.")] = None,
-    replicas: Annotated[int, typer.Option(help="Replicas behind the router.")] = 1,
+    max_batch: Annotated[int, typer.Option(min=1, help="Sequences per step.")] = 32,
+    token_budget: Annotated[int, typer.Option(min=1, help="Tokens per step (trees and "
+                                                          "prompts).")] = 8192,
+    chunked_prefill: Annotated[int | None, typer.Option(min=1, help="Prefill prompts in chunks "
+                                                                    "of this many tokens.")
+                               ] = None,
+    replicas: Annotated[int, typer.Option(min=1, help="Replicas behind the router.")] = 1,
     router: Annotated[str, typer.Option(help="How the router picks a replica."),
                       Choices("specscope.simulator.scheduler:ROUTERS")] = "round-robin",
     workload: Annotated[str, typer.Option(help="chat: one sequence per request; forking: "
                                                "sequences continuing a shared prompt (best-of-N, "
                                                "tree search)."),
                         Choices("specscope.simulator.workload:WORKLOADS")] = "chat",
-    fork_branches: Annotated[int, typer.Option(help="Forking: continuations per sequence.")] = 4,
-    fork_levels: Annotated[int, typer.Option(help="Forking: levels (1 = best-of-N).")] = 1,
+    fork_branches: Annotated[int, typer.Option(min=1, help="Forking: continuations per "
+                                                           "sequence.")] = 4,
+    fork_levels: Annotated[int, typer.Option(min=1, help="Forking: levels (1 = best-of-N).")
+                           ] = 1,
     arrivals: Annotated[str, typer.Option(help="Arrival process."),
                         Choices("specscope.simulator.workload:ARRIVALS")] = "poisson",
-    cv: Annotated[float, typer.Option(help="Gamma arrivals: coefficient of variation.")] = 1.0,
+    cv: Annotated[float, typer.Option(help="Gamma arrivals: coefficient of variation."),
+                  Range(0, low_closed=False)] = 1.0,
     arrival_file: Annotated[Path | None, typer.Option(help="Arrival times, one number of "
                                                            "seconds per line.")] = None,
     prompt_len: Annotated[str | None, typer.Option(help="Prompt tokens: N, uniform:A:B, "
@@ -242,10 +267,12 @@ def simulate(
     draft_placement: Annotated[str, typer.Option(help="Draft model on the target's GPUs or "
                                                       "on its own, across a link."),
                                Choices("specscope.simulator.run:PLACEMENTS")] = "colocated",
-    link_gbps: Annotated[float, typer.Option(help="Separate placement: link Gbit/s.")] = 100.0,
-    link_us: Annotated[float, typer.Option(help="Separate placement: link latency (µs).")] = (
-        10.0),
-    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms).")] = None,
+    link_gbps: Annotated[float, typer.Option(help="Separate placement: link Gbit/s."),
+                         Range(0, low_closed=False)] = 100.0,
+    link_us: Annotated[float, typer.Option(help="Separate placement: link latency (µs)."),
+                       Range(0)] = 10.0,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms)."),
+                           Range(0, low_closed=False)] = None,
     drift: Annotated[str | None, typer.Option(help="Acceptance multipliers per 1000 arrivals, "
                                                    "e.g. 1,0.9,0.8.")] = None,
     system: SystemName = None,
@@ -254,11 +281,14 @@ def simulate(
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Per-request metrics "
                                                 "parquet (summary in its metadata); the time "
-                                                "series and event log go beside it.")] = None,
+                                                "series and event log go beside it."),
+                      Output(inputs=("trace", "tree", "arrival_file"))] = None,
+    force: Force = False,
 ) -> None:
     """Discrete-event serving simulation of speculation under load. Continuous batching,
     per-step speculation policies, replicas behind a router."""
-    from specscope.simulator.metrics import write_metrics
+    from specscope.outputs import check_output
+    from specscope.simulator.metrics import beside_paths, write_metrics
     from specscope.simulator.run import SimulateRequest, run_simulation
     from specscope.systems.registry import system_options as parse_system
     from specscope.tables import simulate_table
@@ -282,16 +312,22 @@ def simulate(
         drift=() if drift is None else tuple(_csv_floats(drift, "--drift")), seed=seed,
         system=system, system_options=parse_system(system, system_options), images=images,
     )
+    if output is not None:
+        for path in beside_paths(output):
+            check_output(path, "-o", force=force)
     with _progress("simulating") as bar:
         task = bar.add_task("simulating", total=requests)
         result = run_simulation(
             request, progress=lambda done, total: bar.update(task, completed=done, total=total))
-    if output is not None:
-        write_metrics(output, result.requests, result.summary, result.timeseries, result.events)
     if as_json:
-        _emit(result.summary, True, None)
+        _emit(result.summary, True)
     else:
         console.print(simulate_table(result.summary))
+    if output is not None:
+        written = write_metrics(output, result.requests, result.summary, result.timeseries,
+                                result.events)
+        _wrote(output, f"{result.requests.height:,} requests, the summary in its metadata; "
+                       f"{', '.join(p.name for p in written[1:])} beside it", as_json)
 
 
 def sweep(
@@ -302,10 +338,12 @@ def sweep(
                       Choices("specscope.sweeps.engines:ENGINES")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster to join (default: start a "
                                                      "local Ray).")] = None,
-    workers: Annotated[int | None, typer.Option(help="CPUs of a local Ray (default: all).")] = (
-        None),
+    workers: Annotated[int | None, typer.Option(min=1, help="CPUs of a local Ray (default: "
+                                                            "all).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Results parquet "
-                                                "(default: CONFIG's name .parquet, here).")] = None,
+                                                "(default: CONFIG's name .parquet, here; an "
+                                                "existing one is resumed)."),
+                      Output(inputs=("config",), resumes=True)] = None,
     as_json: AsJson = False,
 ) -> None:
     """Design-space sweep over a TOML grid, each cell analytic or simulated. Cells are appended
@@ -332,7 +370,9 @@ def reproduce(
                                               "([[case]] tables) or a folder of them.")],
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the JSON list "
-                                                "to this file too.")] = None,
+                                                "to this file too."),
+                      Output(inputs=("scenarios",))] = None,
+    force: Force = False,
 ) -> None:
     """Each paper's setup priced by its system, against what the paper published: predicted
     and published speedup, relative error, source and assumptions per case."""
@@ -341,8 +381,10 @@ def reproduce(
     from specscope.tables import error_table, reproduce_table
 
     rows = run(scenarios)
-    _emit([r.to_dict() for r in rows], as_json, output)
-    if as_json:
+    overall = summarise(rows)[-1]
+    summary = (f"{len(rows)} cases; |relative error| median {overall.median:.1%}, worst "
+               f"{overall.worst:.1%}")
+    if _emit([r.to_dict() for r in rows], as_json, output, summary):
         return
     console.print(reproduce_table(rows))
     console.print(error_table(summarise(rows)))

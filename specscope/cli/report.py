@@ -7,7 +7,10 @@ from typing import Annotated
 
 import typer
 
-from specscope.cli.common import Seed, console
+from specscope.cli.checks import Output
+from specscope.cli.common import Force, Seed, console
+from specscope.errors import InputError
+from specscope.outputs import check_output
 
 
 def dashboard(
@@ -15,11 +18,15 @@ def dashboard(
                                                 "metrics, validate tables, sweeps, traces, "
                                                 "benchmark JSON (searched recursively).")],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="HTML file to write "
-                                                "(default: FOLDER/report.html).")] = None,
+                                                "(default: FOLDER/report.html)."),
+                      Output(inputs=("folder",))] = None,
+    force: Force = False,
 ) -> None:
     """One self-contained HTML report (Plotly) of everything a results folder holds."""
     from specscope.dashboards import build_report
 
+    if output is None:
+        check_output(folder / "report.html", "-o", force=force)
     report = build_report(folder, output or folder / "report.html")
     console.print(f"wrote {report.path}: {len(report.drawn)} figures from "
                   f"{report.results.used} files in {report.seconds:.1f} s")
@@ -27,14 +34,20 @@ def dashboard(
 
 def demo(
     out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Folder for every result "
-                                                                   "and the dashboard.")] = (
-        Path("out/demo")),
+                                                                   "and the dashboard."),
+                   Output(folder=True)] = Path("out/demo"),
     quick: Annotated[bool, typer.Option("--quick", help="Fewer loads, validated "
                                                         "configurations and prompts.")] = False,
     seed: Seed = 0,
+    force: Annotated[bool, typer.Option("--force", help="Replace the results of an earlier "
+                                                        "demo in the folder.")] = False,
 ) -> None:
     """The whole loop on embedded defaults. Measures this machine, traces the zoo, optimises
     trees for every profile, simulates serving, validates on this CPU, writes the dashboard."""
     from specscope.demo import run_demo
+
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise InputError(f"--out {out}: holds files already (an earlier demo?); pass --force to "
+                         "write this demo's results over them")
 
     run_demo(seed, console, out, quick)

@@ -23,7 +23,6 @@ kinds is listed as ignored.
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specscope.errors import InputError
+from specscope.files import read_json, read_toml
 from specscope.hw_profiles import HardwareProfile, load_profile
 from specscope.hw_profiles.profile import DATA_DIR
 from specscope.systems.case import Case
@@ -130,10 +130,7 @@ def load_results(root: str | Path) -> Results:
 
 
 def _json(path: Path, results: Results) -> None:
-    try:
-        doc = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not JSON ({exc})") from None
+    doc = read_json(path, "JSON file")
     if not isinstance(doc, dict):
         results.ignored.append((path, "JSON that is not an object"))
     elif "results" in doc and "hardware" in doc:
@@ -242,10 +239,7 @@ def _folder_label(path: Path, root: Path) -> str:
 
 
 def _toml(path: Path, results: Results) -> None:
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not TOML ({exc})") from None
+    data = read_toml(path, "TOML file")
     if {"compute", "memory"} <= data.keys():
         results.profiles.append((path, load_profile(path)))
     elif isinstance(data.get("case"), list):

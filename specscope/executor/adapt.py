@@ -264,6 +264,7 @@ def run_adapt(
     tokens = session.prompts(prompts, n)
     if len(tokens) < n:
         raise InputError(f"--n {n}: {prompts} holds {len(tokens)} prompts")
+    session.check_context(tokens, max_new, prompts)
     if any(len(t) < 2 for t in tokens):
         raise InputError(f"{prompts}: every prompt must hold at least 2 tokens")
     references = None

@@ -229,6 +229,7 @@ def collect(
     session = load_session(model, draft_model_for(names, draft_model), runtime)
     target, draft, runtime = session.target, session.draft, session.runtime
     tokens = session.prompts(prompts, n)
+    session.check_context(tokens, max_new, prompts)
     chosen = use_threads(threads, target, draft)
     options = parse_layer_skip(layer_skip, seed) if LAYERSKIP in names else None
     built = [make_drafter(n, target.vocab_size, draft, temperature=temperature, target=target,

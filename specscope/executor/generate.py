@@ -82,6 +82,7 @@ def generate(
     session = load_session(model, draft_model_for([drafter], draft_model), runtime, ssm_verify)
     target, draft = session.target, session.draft
     tokens = session.prompts(prompts)
+    session.check_context(tokens[:n], max_new, prompts)
     chosen_threads = use_threads(threads, target, draft)  # before calibration runs the models
     sample = DRAFT_SAMPLING.get(rule)
     generator = torch.Generator().manual_seed(seed)
@@ -95,7 +96,7 @@ def generate(
     calibrate = calibration(target, draft, use, max(8, min(max_new, 64)), temperature, seed,
                             f"{how} prompts")
     if tree is not None:
-        method = static_method("file", load_tree(tree), f"file {tree}")
+        method = static_method("file", load_tree(tree, drafter, target.name), f"file {tree}")
     else:
         stored = stored_acceptance(model, chosen.source) if temperature == 0 else None
         method = resolve_method(algo, budget, chosen, calibrate, stored)

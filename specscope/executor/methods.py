@@ -249,9 +249,19 @@ def goose_method(policy: GoosePolicy, branch_p: np.ndarray, budget: int | None,
                   budget or BUDGET_RANGE[1], origin, observe=observe)
 
 
-def load_tree(path: str | Path) -> Tree:
-    """A tree from a JSON file: a bare tree, or `optimize-tree -o` output (its best result)."""
-    return read_tree_file(path).tree
+def load_tree(path: str | Path, drafter: str, target: str) -> Tree:
+    """A tree from a JSON file: a bare tree, or `optimize-tree -o` output (its best result),
+    which must have been optimised for this `drafter` (its source's kind: `draft` for
+    `draft:llama-68m`) and `target` where the file records them."""
+    found = read_tree_file(path)
+    kind = None if found.source is None else found.source.split(":")[0]
+    if kind is not None and kind != drafter:
+        raise InputError(f"--tree {path}: optimised for drafter source {found.source}, "
+                         f"decoding with --drafter {drafter}")
+    if found.target is not None and found.target != target:
+        raise InputError(f"--tree {path}: optimised for target {found.target}, decoding "
+                         f"{target}")
+    return found.tree
 
 
 @dataclass(frozen=True)

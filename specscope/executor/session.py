@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specscope.errors import InputError
+from specscope.errors import InputError, warn
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import Model, load_model
 from specscope.names import DEFAULT_DRAFT_MODEL, DRAFT_MODEL_DRAFTERS
@@ -33,6 +33,17 @@ class Session:
         from specscope.models.zoo.prompts import load_prompts
 
         return [encode(self.tokenizer, text, spec) for text in load_prompts(spec)[:n]]
+
+    def check_context(self, tokens: list[list[int]], max_new: int, where: str) -> None:
+        """Warn when prompts of `tokens` and `max_new` new tokens run past the target's trained
+        context: it decodes them, at positions it never learned."""
+        spec = getattr(self.target.model, "spec", None)
+        limit = getattr(spec, "max_seq_len", 0)
+        over = [len(t) + max_new - limit for t in tokens if len(t) + max_new > limit]
+        if limit and over:
+            warn(f"{where}: {len(over)} of {len(tokens)} prompts with --max-new {max_new} run "
+                 f"past {self.target.name}'s {limit}-token trained context, by up to "
+                 f"{max(over)} tokens: positions it never learned")
 
 
 def load_session(model: str, draft_model: str | None = None, runtime: Runtime | None = None,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from specscope.errors import InputError
+from specscope.errors import InputError, first_line
 from specscope.executor.runtime import Runtime, StepRunner, bucket
 from specscope.models.hf_config import llama_spec
 from specscope.models.torch import Hybrid, Mamba2, SSMState, Transformer, load_checkpoint
@@ -368,8 +368,15 @@ def load_model(
             return wrap(module, path.name, runtime=runtime), _folder_tokenizer(path)
         from specscope.models.torch.hf import HFCausalLM
 
-        module = HFCausalLM(path, dtype=runtime.dtype, device=runtime.device)
+        try:
+            module = HFCausalLM(path, dtype=runtime.dtype, device=runtime.device)
+        except (OSError, ValueError, KeyError) as exc:
+            raise InputError(f"{path}: not a model folder transformers can load "
+                             f"({first_line(exc)})") from None
         return wrap(module, path.name, runtime=runtime), _folder_tokenizer(path)
+    if path.exists() or any(mark in name_or_path for mark in ("/", "\\", "~")):
+        raise InputError(f"{name_or_path}: {'a file, not a' if path.exists() else 'no such'} "
+                         "folder; a model is a zoo model's name or a Hugging Face folder")
     from specscope.models.zoo import load_zoo_model
 
     module, tokenizer = load_zoo_model(name_or_path, dtype=runtime.dtype)

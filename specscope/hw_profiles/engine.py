@@ -23,13 +23,13 @@ command prices when no engine is named.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from specscope.errors import InputError
+from specscope.files import read_toml
 from specscope.hw_profiles.loop import LOOP_KEYS, LOOP_TERMS, LoopCosts
 from specscope.hw_profiles.profile import HardwareProfile, load_profile
 from specscope.names import HOST_DRAFTERS, RUNTIMES
@@ -129,11 +129,7 @@ def load_engine(name: str) -> Engine:
     path = Path(name) if name.endswith(".toml") else ENGINE_DIR / f"{name}.toml"
     if not path.is_file():
         raise InputError(f"--engine: unknown engine {name!r}; known: {', '.join(list_engines())}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML ({exc})") from None
-    return _parse(data, path)
+    return _parse(read_toml(path, "engine file"), path)
 
 
 def _parse(data: dict[str, Any], path: Path) -> Engine:

@@ -52,6 +52,19 @@ class Pricing:
     baseline: CostModel | None = None
     baseline_engine: Engine | None = None
 
+    def check_fits(self, tokens: int, devices: int | None = None) -> None:
+        """Raise `InputError` unless the weights of target and drafter and the KV cache (or SSM
+        state) of `batch` sequences of `tokens` tokens fit in the target's devices (its tp, or
+        `devices` that hold its layers in sequence)."""
+        models = [self.target, *([self.drafter] if self.drafter else [])]
+        free = kv_capacity(models, devices)
+        need = sum(m.memory_bytes(self.batch, tokens) - m.memory_bytes(0, 0) for m in models)
+        if need > free:
+            raise InputError(f"--hw {self.target.hw.name}: the KV cache of batch {self.batch} × "
+                             f"{tokens} tokens needs {need / 1e9:.1f} GB, {free / 1e9:.1f} GB "
+                             f"are left after the weights ({devices or self.target.tp} "
+                             "device(s))")
+
     @cached_property
     def loop(self) -> LoopCosts:
         """The host terms of this engine's loop on the target's box."""
@@ -211,3 +224,18 @@ def for_engine(engine: str | Engine | None, target: CostModel, drafter: CostMode
                             else base.target_runtime, attention, base.host_layer_ratio)
     return Pricing(verified, drafter, context_len, batch, engine=engine, baseline=baseline,
                    baseline_engine=base, **options)
+
+
+def kv_capacity(models: list[CostModel], devices: int | None = None) -> float:
+    """Bytes left for KV on the target's devices (its tp, or `devices`): their memory minus
+    the weights of `models` (the target, and a colocated draft model). Weights that do not fit
+    are an `InputError`."""
+    target = models[0]
+    devices = devices or target.tp
+    memory = target.hw.memory_bytes * devices
+    weights = sum(m.memory_bytes(0, 0) for m in models)
+    if weights >= memory:
+        names = " + ".join(m.model.name for m in models)
+        raise InputError(f"--hw {target.hw.name}: the weights of {names} ({weights / 1e9:.1f} GB)"
+                         f" do not fit in {memory / 1e9:.1f} GB ({devices} device(s))")
+    return memory - weights

@@ -12,16 +12,17 @@ host cost of model-free drafting and of the speculative loop's bookkeeping measu
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specscope.errors import InputError
+from specscope.errors import InputError, warn
+from specscope.files import read_toml
 from specscope.hw_profiles.loop import LOOP_KEYS, LoopCosts
 from specscope.hw_profiles.runtime import RuntimeParams, parse_runtime, replace_values
 from specscope.names import HOST_DRAFTERS, RUNTIMES
@@ -33,6 +34,11 @@ KINDS = ("gpu", "cpu")
 """Device kinds: a GPU overlaps host issue with device work, a CPU thread does both in turn."""
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """A profile name (it becomes a file name)."""
+HELDOUT_ERR_LIMIT = 0.20
+"""Median relative error of a runtime's fit on its held-out points (`[fit.<runtime>]`, written
+by profile-hw) above which the profile warns, when written and whenever loaded: its step times
+miss shapes it was not fitted on by that much (docs/hardware.md#fit-quality). The shipped
+cpu-2core's worst is 15.9% (compile); a `--quick` profile on a busy 2-core box reached 28%."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,46 @@ def check_name(name: str) -> str:
     return name
 
 
+def is_shipped(name: str) -> bool:
+    """Whether `name` is a profile that ships with specscope (a name user profiles may not take
+    without `--force`)."""
+    return (DATA_DIR / f"{name}.toml").is_file()
+
+
+def warn_poor_fit(profile: str, runtime: str, median: float, maximum: float) -> None:
+    """One warning line when the fit of `profile`'s `runtime` misses its held-out points by more
+    than `HELDOUT_ERR_LIMIT` (median relative error)."""
+    if median > HELDOUT_ERR_LIMIT:
+        warn(f"profile {profile}: its {runtime} fit misses its held-out points by "
+             f"{median:.1%} (median) and {maximum:.1%} (max), over the {HELDOUT_ERR_LIMIT:.0%} "
+             f"limit; {runtime} step times priced from it are that uncertain")
+
+
+def check_device_kind(hw: HardwareProfile, device: str) -> None:
+    """Refuse a profile of another device kind than the run's `device` (cpu or cuda): a GPU's
+    step times priced against a CPU's runs, or the reverse, are wrong by the ratio of the two
+    machines, whatever the model. Names the profiles of the right kind."""
+    kind = "gpu" if device == "cuda" else "cpu"
+    if hw.kind == kind:
+        return
+    right = [name for name in list_profiles() if _kind_of(name) == kind]
+    what = {"gpu": "a GPU (kind \"gpu\")", "cpu": "a CPU (kind \"cpu\")"}
+    raise InputError(f"--hw {hw.name}: the profile is of {what[hw.kind]}, the run is on {device}; "
+                     f"name a {kind.upper()} profile ({', '.join(right) or 'none found'}) or one "
+                     f"profile-hw --device {device} wrote")
+
+
+def _kind_of(name: str) -> str | None:
+    """The `kind` a profile file states, read without loading (nor warning about) the rest;
+    None when the file cannot be read."""
+    user = user_profile_dir() / f"{name}.toml"
+    try:
+        return str(read_toml(user if user.is_file() else DATA_DIR / user.name,
+                             "hardware profile").get("kind"))
+    except InputError:
+        return None
+
+
 def list_profiles() -> list[str]:
     """Names of the user and built-in profiles, sorted."""
     found = {p.stem for p in DATA_DIR.glob("*.toml")}
@@ -151,6 +197,9 @@ def profile_path(name: str | Path) -> Path:
     for folder in (user_profile_dir(), DATA_DIR):
         path = folder / f"{name}.toml"
         if NAME.fullmatch(str(name)) and path.is_file():
+            if folder != DATA_DIR and is_shipped(str(name)):
+                warn(f"--hw {name}: read {path}, a profile you wrote under a shipped profile's "
+                     f"name, not the shipped {DATA_DIR / path.name}")
             return path
     raise InputError(
         f"unknown hardware profile {str(name)!r}; known profiles: {', '.join(list_profiles())}"
@@ -172,8 +221,8 @@ def _get(table: dict[str, Any], section: str, key: str, where: Path, kind: type 
         return str(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(f"{where}: [{section}] {key} must be a number, got {value!r}")
-    if value < 0:
-        raise InputError(f"{where}: [{section}] {key} must not be negative, got {value}")
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"{where}: [{section}] {key} must be a finite number >= 0, got {value}")
     return kind(value)
 
 
@@ -196,6 +245,8 @@ def _measured(entry: dict[str, Any], where: Path, i: int) -> MeasuredTable:
         raise InputError(f"{at}: priced must be true or false")
     if n.ndim != 1 or n.shape != t.shape or n.size == 0:
         raise InputError(f"{at}: new_tokens and time_ms must be lists of the same length")
+    if not np.all(np.isfinite(n) & np.isfinite(t)):
+        raise InputError(f"{at}: new_tokens and time_ms must be finite numbers")
     if np.any(np.diff(n) <= 0) or n[0] < 1 or np.any(t <= 0):
         raise InputError(f"{at}: new_tokens must increase from >= 1 and times be positive")
     return table
@@ -204,11 +255,7 @@ def _measured(entry: dict[str, Any], where: Path, i: int) -> MeasuredTable:
 def load_profile(name: str | Path) -> HardwareProfile:
     """Load a built-in profile by name, or a profile TOML file by path."""
     path = profile_path(name)
-    try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, "hardware profile")
 
     def g(section: str, key: str, kind: type = float) -> Any:
         return _get(data, section, key, path, kind)
@@ -229,6 +276,14 @@ def load_profile(name: str | Path) -> HardwareProfile:
         raise InputError(f"{path}: [drafters] has unknown keys {sorted(unknown)}")
     if min(g("compute", "bf16_tflops"), g("memory", "bandwidth_gbs")) <= 0:
         raise InputError(f"{path}: bf16_tflops and bandwidth_gbs must be positive")
+    fits = data.get("fit", {})
+    if not isinstance(fits, dict) or not all(isinstance(f, dict) for f in fits.values()):
+        raise InputError(f"{path}: [fit] must hold one [fit.<runtime>] table per runtime")
+    for runtime, fit in fits.items():
+        sections = {f"fit.{runtime}": fit}
+        warn_poor_fit(g("", "name", str), runtime,
+                      _get(sections, f"fit.{runtime}", "heldout_median_rel_err", path),
+                      _get(sections, f"fit.{runtime}", "heldout_max_rel_err", path))
     return HardwareProfile(
         name=g("", "name", str),
         description=g("", "description", str),

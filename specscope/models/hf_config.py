@@ -8,10 +8,10 @@ compiled) with split tree attention; other folders go through the Hugging Face a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from specscope.errors import InputError
+from specscope.errors import InputError, first_line
+from specscope.files import read_json
 from specscope.models.spec import ModelSpec
 
 LLAMA_ARCHITECTURES = ("LlamaForCausalLM",)
@@ -22,12 +22,11 @@ def llama_spec(folder: str | Path) -> ModelSpec | None:
     when the folder holds another architecture or a Llama variant it does not (RoPE scaling,
     attention or MLP biases, an activation other than SiLU)."""
     path = Path(folder) / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         return None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    config = read_json(path, "model config")
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: not a JSON object")
     if not (set(config.get("architectures") or ()) & set(LLAMA_ARCHITECTURES)
             or config.get("model_type") == "llama"):
         return None
@@ -36,10 +35,19 @@ def llama_spec(folder: str | Path) -> ModelSpec | None:
             or config.get("attention_bias") or config.get("mlp_bias")
             or config.get("hidden_act", "silu") != "silu"):
         return None
+    try:
+        return _spec(config, Path(folder))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: a Llama config needs {first_line(exc)} as a number") from None
+
+
+def _spec(config: dict, folder: Path) -> ModelSpec:
+    """The spec a checked Llama config states."""
+    rope = config.get("rope_parameters") or {}
     heads = int(config["num_attention_heads"])
     d_model = int(config["hidden_size"])
     return ModelSpec(
-        name=Path(folder).name,
+        name=folder.name,
         arch="transformer",
         n_layers=int(config["num_hidden_layers"]),
         d_model=d_model,

@@ -145,6 +145,7 @@ def run_optimize(req: OptimizeRequest) -> OptimizeResult:
         None if priced is None else cost_model(priced), int(context),
         temperature=0.0 if trace is None else trace.temperature,
     )
+    pricing.check_fits(int(context) + max([*(req.budgets or ()), req.budget or 0]))
     setup = Setup(p=p, source=source, pricing=pricing, max_depth=req.max_depth, trace=trace,
                   options=req.options)
     comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets)

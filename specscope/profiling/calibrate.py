@@ -45,14 +45,17 @@ from specscope.hw_profiles.profile import (
     DATA_DIR,
     HardwareProfile,
     check_name,
+    is_shipped,
     load_profile,
     user_profile_dir,
+    warn_poor_fit,
     with_runtime,
 )
 from specscope.hw_profiles.runtime import runtime_toml
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
 from specscope.names import PROFILE_DEVICES, RUNTIMES
+from specscope.outputs import check_output
 from specscope.profiling.measure import (
     SAMPLED_TEMPERATURE,
     Point,
@@ -317,16 +320,22 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
 def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
                quick: bool = False, threads: int | None = None, output: Path | None = None,
                progress: Progress | None = None, grid: Grid | None = None,
-               command: str = "specscope profile-hw") -> ProfileResult:
+               command: str = "specscope profile-hw", force: bool = False) -> ProfileResult:
     """Measure this machine, fit each runtime and write the profile (default: the user profile
-    directory, `<name>.toml`); `grid` replaces the device's default grid (tests). torch's
-    threads: `threads`, else `use_threads`'s for the grid's largest model (1 on cuda and for the
-    CPU grid's models, which the executor runs on 1 too)."""
+    directory, `<name>.toml`, which may replace an earlier one or take a shipped profile's name
+    only with `force`); `grid` replaces the device's default grid (tests). torch's threads:
+    `threads`, else `use_threads`'s for the grid's largest model (1 on cuda and for the CPU
+    grid's models, which the executor runs on 1 too)."""
     start = time.perf_counter()
     if not runtimes and device == "cuda" and quick:
         runtimes = QUICK_CUDA_RUNTIMES
     base, chosen = check_request(name, device, runtimes, threads)
     path = Path(output) if output is not None else user_profile_dir() / f"{name}.toml"
+    if output is None:
+        if is_shipped(name) and not force:
+            raise InputError(f"--name {name}: a shipped profile's name (--hw {name} would then "
+                             "read yours instead); choose another, or pass --force")
+        check_output(path, "--name", force=force)
     grid = grid or GRIDS[(device, quick)]
     specs = {model: get_model(model) for model in (*grid.models, grid.draft_model)}
     picked = use_threads(threads, *specs.values(), device=base.device)
@@ -357,6 +366,8 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
     report(total, total, "writing")
     wall = time.perf_counter() - start
     write_text_atomic(path, profile_toml(hw, m, fits, command, wall))
+    for fit in fits.values():
+        warn_poor_fit(name, fit.runtime, fit.heldout_median_rel_err, fit.heldout_max_rel_err)
     return ProfileResult(path, fits, m, wall)
 
 

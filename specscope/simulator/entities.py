@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from specscope.errors import InputError
 from specscope.hw_profiles import CostModel
 
 NAN = math.nan
@@ -111,19 +110,6 @@ class KVCost:
             sequence += m.memory_bytes(1, 0) - weights
             token += m.memory_bytes(1, 1) - m.memory_bytes(1, 0)
         return cls(token, sequence)
-
-
-def kv_capacity(models: list[CostModel]) -> float:
-    """Bytes left for KV on the target's devices: memory × tp minus the weights of `models`
-    (the target, and a colocated draft model). Weights that do not fit are an `InputError`."""
-    target = models[0]
-    memory = target.hw.memory_bytes * target.tp
-    weights = sum(m.memory_bytes(0, 0) for m in models)
-    if weights >= memory:
-        names = " + ".join(m.model.name for m in models)
-        raise InputError(f"--hw {target.hw.name}: the weights of {names} ({weights / 1e9:.1f} GB)"
-                         f" do not fit in {memory / 1e9:.1f} GB (tp={target.tp})")
-    return memory - weights
 
 
 @dataclass(slots=True)

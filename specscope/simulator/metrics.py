@@ -106,6 +106,11 @@ def _number(x: object, scale: float = 1.0) -> float | None:
     return None if x is None else float(x) * scale
 
 
+def beside_paths(path: Path) -> list[Path]:
+    """The time series and event log files written beside the per-request table `path`."""
+    return [path.with_name(f"{path.stem}.{name}.parquet") for name in ("timeseries", "events")]
+
+
 def write_metrics(path: str | Path, requests: pl.DataFrame, summary: dict[str, Any],
                   series: pl.DataFrame, events: pl.DataFrame) -> list[Path]:
     """Write the per-request table to `path` (parquet, the summary as JSON in its key-value
@@ -113,7 +118,6 @@ def write_metrics(path: str | Path, requests: pl.DataFrame, summary: dict[str, A
     (`<stem>.timeseries.parquet`, `<stem>.events.parquet`), each atomically; the paths."""
     path = Path(path)
     meta = {"summary": json.dumps(summary)}
-    beside = [(path.with_name(f"{path.stem}.{name}.parquet"), table)
-              for name, table in (("timeseries", series), ("events", events))]
+    beside = list(zip(beside_paths(path), (series, events), strict=True))
     out = [write_atomic(p, lambda tmp, t=table: t.write_parquet(tmp)) for p, table in beside]
     return [write_parquet_atomic(path, requests, meta), *out]

@@ -22,12 +22,12 @@ import simpy
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
 from specscope.hw_profiles.engine import DEFAULT_ENGINE
-from specscope.hw_profiles.pricing import for_engine
+from specscope.hw_profiles.pricing import for_engine, kv_capacity
 from specscope.models import ModelSpec, get_model, list_models
 from specscope.models.catalogue import drafter_spec
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.simulator.acceptance import Acceptance
-from specscope.simulator.entities import Group, KVCost, KVSpace, Request, kv_capacity
+from specscope.simulator.entities import Group, KVCost, KVSpace, Request
 from specscope.simulator.events import EventLog
 from specscope.simulator.metrics import request_table, summarise, time_series
 from specscope.simulator.policies import POLICIES

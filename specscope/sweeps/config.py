@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specscope.errors import InputError
+from specscope.files import parse_toml, read_text
 from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.engine import ENGINE_NAMES
 from specscope.hw_profiles.profile import profile_path
@@ -148,13 +148,8 @@ def digest(value: Any) -> str:
 def load_config(path: str | Path) -> SweepConfig:
     """Read and check a sweep TOML (module docstring); any mistake is an `InputError`."""
     path = Path(path)
-    try:
-        text = path.read_text()
-        data = tomllib.loads(text)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such sweep config") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not valid TOML ({' '.join(str(exc).split())})") from None
+    text = read_text(path, "sweep config")
+    data = parse_toml(text, path)
     known = {*AXES, *SETTINGS, "grid"}
     _known_keys(data, known, f"{path}: ")
     sections = data.get("grid", [])

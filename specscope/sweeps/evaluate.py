@@ -45,7 +45,6 @@ from specscope.optimizers.compare import (
     unavailable,
 )
 from specscope.optimizers.scoring import score_tree
-from specscope.simulator.entities import kv_capacity
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.sweeps.cells import NO_DRAFTER, Cell
@@ -109,7 +108,7 @@ def evaluate(cell: Cell, traces: Mapping[str, Trace]) -> dict[str, Any]:
 
 def _analytic(cell: Cell, trace: Trace | None) -> dict[str, Any]:
     pricing = _pricing(cell, trace)
-    _check_fits(pricing, pricing.context_len + cell.budget)
+    pricing.check_fits(pricing.context_len + cell.budget)
     setup = _setup(cell, trace, pricing)
     if cell.method in POLICY_METHODS:
         score = score_method(cell.method, setup, cell.budget)
@@ -153,17 +152,6 @@ def _setup(cell: Cell, trace: Trace | None, pricing: Pricing) -> Setup:
     if why:
         raise InputError(f"{cell.method} {why}")
     return setup
-
-
-def _check_fits(pricing: Pricing, tokens: int) -> None:
-    """Raise `InputError` unless the weights of target and drafter and the KV cache (or SSM
-    state) of `pricing.batch` sequences of `tokens` tokens fit in the target's devices."""
-    models = [pricing.target, *([pricing.drafter] if pricing.drafter else [])]
-    free = kv_capacity(models)
-    need = sum(m.memory_bytes(pricing.batch, tokens) - m.memory_bytes(0, 0) for m in models)
-    if need > free:
-        raise InputError(f"the KV cache of batch {pricing.batch} × {tokens} tokens needs "
-                         f"{need / 1e9:.1f} GB, {free / 1e9:.1f} GB are left after the weights")
 
 
 @cache

@@ -11,9 +11,13 @@ apply: a tree is tokens per drafted level, `"4,16,16,16,16"`, root not counted):
                                     tau_includes_bonus, default true)
     draft, weight_bits, act_bits, batch, context, new_tokens, tree, runtime, images, tp,
     baseline, baseline_tau, source, setup ("complete" or "partial")
-    engine, baseline_engine, draft_runtime, tree_attention
     offload                         fraction of the target's weights streamed from host memory
                                     every forward (docs/hardware.md#weight-offloading)
+    gpus                            devices holding the models (default tp): more than tp when
+                                    the layers are split over devices in sequence (Hugging
+                                    Face's device_map="auto"), which adds their memory, not
+                                    their speed, at batch 1; the setup must fit in them
+    engine, baseline_engine, draft_runtime, tree_attention
                                     the software the paper ran (hw_profiles/data/engines:
                                     runtimes, tree attention, the loop's host work), the one
                                     its baseline ran if another (stock `transformers.generate`
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from specscope.errors import InputError
+from specscope.files import read_toml
 
 SETUPS = ("complete", "partial")
 BASELINES = ("autoregressive", "head", "draft-model")
@@ -75,6 +80,7 @@ class Case:
     draft_runtime: str | None = None
     tree_attention: str | None = None
     offload: float = 0.0
+    gpus: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -99,7 +105,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "batch": int, "context": int, "new_tokens": int, "tree": str, "runtime": str, "images": int,
     "tp": int, "baseline": str, "baseline_tau": (int, float), "source": str, "setup": str,
     "engine": str, "baseline_engine": str, "draft_runtime": str, "tree_attention": str,
-    "offload": (int, float),
+    "offload": (int, float), "gpus": int,
 }
 """The shared keys and their TOML types."""
 
@@ -201,6 +207,8 @@ def _check(case: Case) -> None:
             raise case.fail(f"{key} = {getattr(case, key)} must not be negative")
     if not 0.0 <= case.offload <= 1.0:
         raise case.fail(f"offload = {case.offload:g} must be a fraction in [0, 1]")
+    if case.gpus is not None and case.gpus < case.tp:
+        raise case.fail(f"gpus = {case.gpus} must be at least tp = {case.tp}")
     if case.act_bits not in (16, 8):
         raise case.fail(f"act_bits = {case.act_bits} must be 16 or 8")
     if case.setup not in SETUPS:
@@ -218,12 +226,7 @@ def _check(case: Case) -> None:
 def read_case_tables(path: Path) -> list[dict[str, Any]]:
     """The `[[case]]` tables of one TOML file."""
     where = str(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: cannot read ({exc.__class__.__name__})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{where}: not valid TOML ({exc})") from None
+    data = read_toml(path, "scenario file")
     unknown = sorted(set(data) - {"case"})
     if unknown:
         raise InputError(f"{where}: unknown top-level key {unknown[0]!r} (cases are [[case]])")

@@ -70,6 +70,11 @@ class MLPHeadsCost(CostModel):
         return [linear_op(f"head_linear_{i}", 1, tokens, d_in, d_out, 2.0, False)
                 for i, (d_in, d_out) in enumerate(self.linears)]
 
+    def memory_bytes(self, batch: int, tokens: int) -> float:
+        """Every head's 16-bit weights (not the target's, which it shares); heads keep no
+        cache."""
+        return 2.0 * sum(d_in * d_out for head in self.heads for d_in, d_out in head)
+
     @property
     def device_layers(self) -> float:
         return len(self.linears) * self.op_share

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.pricing import Pricing, for_engine
 from specscope.models import get_model
@@ -82,9 +83,14 @@ def pricing(case: Case, target: CostModel, draft: CostModel | None,
     """`Pricing` of the case's batch at its mean decoding context (or `context`), on the case's
     engine (none: the models as they stand)."""
     at = case.decode_context if context is None else context
-    return for_engine(case.engine, target, draft, round(at), case.batch, runtime=case.runtime,
-                      draft_runtime=case.draft_runtime, baseline_engine=case.baseline_engine,
-                      tree_attention=case.tree_attention)
+    priced = for_engine(case.engine, target, draft, round(at), case.batch, runtime=case.runtime,
+                        draft_runtime=case.draft_runtime, baseline_engine=case.baseline_engine,
+                        tree_attention=case.tree_attention)
+    try:
+        priced.check_fits(case.context + case.new_tokens, case.gpus)
+    except InputError as exc:
+        raise case.fail(f"does not fit: {exc}") from None
+    return priced
 
 
 def tree_step(price: Pricing, widths: Sequence[int], source: str) -> dict[str, float]:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from specscope import __version__
 from specscope.atomic import write_parquet_atomic
-from specscope.errors import InputError
+from specscope.errors import InputError, first_line
 
 SCHEMA_VERSION = 1
 
@@ -109,8 +109,7 @@ def read_trace(path: str | Path) -> Trace:
         parquet = pq.ParquetFile(path)
         df = pl.from_arrow(parquet.read())
     except (pa.ArrowException, pl.exceptions.PolarsError, OSError, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"{path}: unreadable parquet file ({reason})") from None
+        raise InputError(f"{path}: unreadable parquet file ({first_line(exc)})") from None
     raw = {k.decode(): v.decode() for k, v in (parquet.metadata.metadata or {}).items()}
     metadata = {k: _decode(v) for k, v in raw.items() if not k.startswith("ARROW:")}
     validate(df, path, metadata)

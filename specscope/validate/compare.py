@@ -51,6 +51,7 @@ from specscope.executor.targets import Model
 from specscope.executor.threads import Threads, use_threads
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
 from specscope.hw_profiles.pricing import Pricing
+from specscope.hw_profiles.profile import check_device_kind
 from specscope.models import get_model
 from specscope.models.zoo import zoo_specs
 from specscope.names import DEFAULT_DRAFT_MODEL
@@ -126,6 +127,7 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
             raise InputError(f"{option}: unknown zoo model {name!r}; zoo models: "
                              f"{', '.join(sorted(zoo_specs()))}")
     runtime = Runtime.resolve(req.device, "float32", req.runtime)
+    check_device_kind(profile, runtime.device.type)
     if req.threads is not None and req.threads < 1:
         raise InputError(f"--threads must be at least 1, got {req.threads}")
     threads: int | Threads | None = req.threads

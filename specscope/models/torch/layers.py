@@ -8,10 +8,11 @@ from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
-from specscope.errors import InputError
+from specscope.errors import InputError, first_line
 from specscope.models.spec import ModelSpec
 
 M = TypeVar("M", bound=nn.Module)
@@ -134,11 +135,14 @@ def load_checkpoint(model: nn.Module, path: str | Path) -> None:
         raise InputError(f"{path}: no .safetensors weights found")
     state: dict[str, torch.Tensor] = {}
     for f in files:
-        state.update(load_file(f))
+        try:
+            state.update(load_file(f))
+        except (SafetensorError, OSError) as exc:
+            raise InputError(f"{f}: not readable as safetensors ({first_line(exc)})") from None
     if model.spec.tie_embeddings and model.embedding_key in state:
         state.setdefault("lm_head.weight", state[model.embedding_key])
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[-1].strip()
-        raise InputError(f"{path}: weights do not fit model {model.spec.name}: {first}") from None
+        last = str(exc).strip().splitlines()[-1].strip()
+        raise InputError(f"{path}: weights do not fit model {model.spec.name}: {last}") from None

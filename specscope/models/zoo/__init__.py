@@ -13,11 +13,11 @@ without it); `load_zoo_model` imports the torch models when called.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specscope.errors import InputError
+from specscope.files import read_toml
 from specscope.models.spec import ModelSpec, spec_from_table
 
 if TYPE_CHECKING:
@@ -36,14 +36,7 @@ learns from them."""
 
 def read_zoo_tables(directory: Path = ZOO_DIR) -> dict[str, dict[str, Any]]:
     """The raw TOML table of every zoo model in `directory`: spec fields plus `training`."""
-    path = Path(directory) / ZOO_TOML
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no zoo description found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: {exc}") from None
+    return read_toml(Path(directory) / ZOO_TOML, "zoo description")
 
 
 def zoo_specs(directory: Path = ZOO_DIR) -> dict[str, ModelSpec]:

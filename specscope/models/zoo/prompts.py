@@ -39,9 +39,8 @@ from pathlib import Path
 from specscope.errors import InputError
 from specscope.models.zoo.data import read_module, split_modules
 from specscope.models.zoo.sql import sql_prompts
+from specscope.names import PROMPT_SET_SIZES
 
-PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64, "docstring": 64, "sql": 64}
-"""Built-in prompt sets and how many prompts each holds."""
 MAX_PREFIX_CHARS = 1200
 """Longest `stdlib-code` prompt (≈ 400 tokens), leaving room to complete in 512."""
 MAX_EDIT_FUNCTION_CHARS = 600
