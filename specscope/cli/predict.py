@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 
-from specscope.cli.checks import Output, Range
+from specscope.cli.checks import Choices, Output, Range
 from specscope.cli.common import (
     AsJson,
-    Choices,
     EngineName,
     Force,
     Hw,
@@ -152,7 +151,7 @@ def optimize_tree(
         help="Map DySpec's draft scores to acceptance by a monotone fit.")] = True,
     eagle_beam: Annotated[int, typer.Option(min=1, help="EAGLE-2 nodes expanded per level.")
                           ] = 10,
-    seed: Annotated[int, typer.Option(help="Seed of the fitted predictors.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the fitted predictors.")] = 0,
     runtime: PricedRuntime = None,
     engine: EngineName = None,
     offload: Offload = 0.0,
@@ -195,7 +194,10 @@ def optimize_tree(
         offload=offload,
         tree_attention=tree_attention,
     )
-    result = run_optimize(request)
+    with _progress("optimizing") as bar:
+        task = bar.add_task("optimizing", total=None)
+        result = run_optimize(request, progress=lambda done, total: bar.update(
+            task, completed=done, total=total))
     sizes, best = list(result.comparison.pareto), result.comparison.scores[0]
     summary = (f"{len(result.comparison.scores)} methods × {len(sizes)} "
                f"budget{'s' if len(sizes) > 1 else ''} (n ≤ {', '.join(map(str, sizes))}) for "

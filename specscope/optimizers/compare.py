@@ -175,6 +175,7 @@ def compare(
     algos: Sequence[str],
     budget: int | None = None,
     budgets: Sequence[int] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Comparison:
     """Score each method at `budget`, or at each of `budgets` with hardware-aware choice.
 
@@ -182,7 +183,7 @@ def compare(
     With `budgets`, at each budget b every method picks (n ≤ b, d) by least time per expected
     token: the listed sizes and 1..8 × every depth for the heuristics, every size for the DP
     (free from its table), so the DP stays the exact reference. The best row of a method is its best
-    budget.
+    budget. `progress(done, total)` counts the methods scored.
     """
     if (budget is None) == (budgets is None):
         raise InputError("give exactly one of --budget and --budgets")
@@ -191,7 +192,10 @@ def compare(
         raise InputError(f"budgets must be ≥ 1 (tree size counts the root), got {sizes}")
     skipped = {a: why for a in algos if (why := unavailable(a, setup, sizes[0]))}
     pareto: dict[int, list[Score]] = {b: [] for b in sizes}
-    for algo in (a for a in algos if a not in skipped):
+    run = [a for a in algos if a not in skipped]
+    for done, algo in enumerate(run):
+        if progress is not None:
+            progress(done, len(run))
         rows = (
             [score_method(algo, setup, sizes[0])]
             if budget is not None
@@ -199,6 +203,8 @@ def compare(
         )
         for b, row in zip(sizes, rows, strict=True):
             pareto[b].append(row)
+    if progress is not None:
+        progress(len(run), len(run))
     best = [max(rows, key=lambda s: s.speedup) for rows in zip(*pareto.values(), strict=True)]
     return Comparison(sorted(best, key=lambda s: -s.speedup), pareto, skipped)
 

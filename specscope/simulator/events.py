@@ -23,6 +23,9 @@ COLUMNS = (("time_s", "d", pl.Float64), ("event", "B", pl.UInt8), ("replica", "i
            ("group", "q", pl.Int64), ("request", "q", pl.Int64), ("batch", "i", pl.Int32),
            ("tokens", "q", pl.Int64), ("kv_bytes", "d", pl.Float64))
 """Column name, `array` type code and polars type."""
+EVENT_BYTES = 90
+"""Bytes one event holds at the end of a run: its row in the typed arrays (45) and again in the
+table `frame()` makes of them."""
 
 
 class EventLog:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -92,6 +93,23 @@ class Cell:
             "system": self.system,
             "system_options": json.dumps(dict(self.system_options), sort_keys=True),
         }
+
+
+CELL_BYTES = 3700
+"""Memory a sweep holds per cell, an estimate: its `Cell` and key, its row of results and the
+bookkeeping of finished keys (measured: 3.7 KB a cell more, from 4,000 to 16,000 analytic
+cells)."""
+
+
+def count_cells(config: SweepConfig) -> int:
+    """How many cells `enumerate_cells` yields at most (before merging repeated keys), counted
+    without expanding the grids."""
+    total = 0
+    for grid in config.grids:
+        points = math.prod(len(grid.axes[a]) for a in ORDER if a != "system")
+        total += points * sum(math.prod(len(v) for v in grid.system_options.get(s, {}).values())
+                              for s in grid.axes["system"])
+    return total
 
 
 def enumerate_cells(config: SweepConfig) -> list[Cell]:

@@ -14,7 +14,8 @@ import polars as pl
 
 from specscope import __version__
 from specscope.errors import InputError
-from specscope.sweeps.cells import enumerate_cells
+from specscope.limits import check_memory
+from specscope.sweeps.cells import CELL_BYTES, count_cells, enumerate_cells
 from specscope.sweeps.config import load_config
 from specscope.sweeps.engines import ENGINES, run_local, run_ray
 from specscope.sweeps.store import ResultStore
@@ -61,6 +62,8 @@ def run_sweep(config: str | Path, engine: str = "local", address: str | None = N
         raise InputError(f"--workers must be ≥ 1, got {workers}")
     start = time.perf_counter()
     cfg = load_config(config)
+    n_cells = count_cells(cfg)
+    check_memory(n_cells * CELL_BYTES, f"sweep {cfg.path.name}: a grid of {n_cells:,} cells")
     cells = enumerate_cells(cfg)
     store = ResultStore(output if output is not None else Path(f"{cfg.path.stem}.parquet"))
     finished = set(store.load().get_column("key"))
