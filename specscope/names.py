@@ -9,9 +9,11 @@ DTYPE_NAMES = ("float32", "bfloat16", "float16")
 """`--dtype` choices: the dtype of weights, caches and activations."""
 RUNTIMES = ("eager", "graph", "compile")
 """How steps run, and what a profile prices: eager operators, CUDA graphs, torch.compile."""
-DRAFTERS = ("draft", "ngram", "suffix", "recycle", "goose", "stand", "rasd", "layerskip")
+LAYERSKIP = "layerskip"
+"""The layer-skip drafter, and its source name whatever its mode."""
+DRAFTERS = ("draft", "ngram", "suffix", "recycle", "goose", "stand", "rasd", LAYERSKIP)
 """Drafter names, as `--drafter` takes them."""
-COLLECT_DRAFTERS = ("draft", "ngram", "suffix", "recycle", "stand", "rasd", "layerskip")
+COLLECT_DRAFTERS = ("draft", "ngram", "suffix", "recycle", "stand", "rasd", LAYERSKIP)
 """Drafters `collect` can trace (Goose is traced as its parts, ngram and recycle)."""
 DRAFT_MODEL_DRAFTERS = ("draft", "rasd")
 """Drafters that run a draft model (`--draft-model`)."""

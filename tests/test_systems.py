@@ -201,7 +201,7 @@ def test_simulate_rejects_an_unknown_system_and_bad_options(
         capsys: pytest.CaptureFixture[str]) -> None:
     base = ["simulate", "--hw", "a100", "--target", TARGET, "--drafter", "llama-3.2-1b",
             "--acceptance", "0.6", "--rate", "1", "--requests", "2", "--seed", "0"]
-    for extra, message in ((["--system", "warp"], "unknown system"),
+    for extra, message in ((["--system", "warp"], "--system warp: not one of"),
                            (["--system", "hierspec", "--system-options", "depth=3"],
                             "is not KEY=VALUE with a key of system hierspec"),
                            (["--system-options", "chain=3"], "needs --system")):
@@ -356,7 +356,7 @@ def test_cost_prices_a_systems_target_and_drafter(capsys: pytest.CaptureFixture[
                           "--system", "vispec", "--images", "1", "--context", "64", "--json")
     assert code == 0 and json.loads(out)["context_len"] == 64 + 2880
     for extra, message in ((["--images", "1"], "--images needs --system"),
-                           (["--system", "warp"], "unknown system"),
+                           (["--system", "warp"], "--system warp: not one of"),
                            (["--system", "head", "--tree-attention", "dense"],
                             "a --system deploys its own")):
         code, out, err = _cli(capsys, "cost", "--hw", "a100", "--model", "llama-2-7b", *extra)

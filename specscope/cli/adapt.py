@@ -10,11 +10,10 @@ import typer
 from rich.table import Table
 
 from specscope.atomic import write_text_atomic
-from specscope.cli.checks import Output, Range
+from specscope.cli.checks import Choices, Output, Range
 from specscope.cli.common import (
     PROMPT_SOURCES,
     AsJson,
-    Choices,
     CpuThreads,
     Force,
     Seed,

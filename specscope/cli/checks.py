@@ -1,9 +1,11 @@
-"""What every command checks before it runs: each number finite and in its range, each output
-path writable without loss (`specscope.outputs`). One pass over the options a command declares,
+"""What every command checks before it runs: no empty value, each choice one of its set, each
+number finite and in its range, no option without the option it needs, each output path
+writable without loss (`specscope.outputs`). One pass over the options a command declares,
 so a new option with a `Range` or `Output` mark is checked like the others."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 from dataclasses import dataclass
@@ -12,8 +14,45 @@ from typing import Any, get_args
 
 from typer.core import TyperCommand, TyperOption
 
+from specscope.cli.compat import Context, ParameterSource
 from specscope.errors import InputError
 from specscope.outputs import check_output
+
+
+@dataclass(frozen=True)
+class Choices:
+    """Marks an option (in its `Annotated[...]`) whose values are a fixed set the library defines:
+    `source` names the constant ("module:NAME", a tuple or a dict's keys), `extra` adds values
+    the command itself takes (`all`), `many` says it takes a comma-separated list, `files` a
+    file suffix it takes too (an engine's `.toml`). Help lists the values (`--runtime
+    [eager|graph|compile]`) and `check_options` refuses others, importing `source` only then."""
+
+    source: str
+    extra: tuple[str, ...] = ()
+    many: bool = False
+    files: str = ""
+
+    def values(self) -> list[str]:
+        """The values the option takes."""
+        module, name = self.source.split(":")
+        return [*(str(v) for v in getattr(importlib.import_module(module), name)), *self.extra]
+
+    def metavar(self) -> str:
+        """`[a|b|c]`, or `[a|b|c],...` for a list."""
+        listed = f"[{'|'.join([*self.values(), *([f'FILE{self.files}'] if self.files else [])])}]"
+        return f"{listed},..." if self.many else listed
+
+    def check(self, value: object, option: str) -> None:
+        """One `InputError` line naming a value that is not one of `values`."""
+        known = self.values()
+        items = list(value) if isinstance(value, list | tuple) else [value]
+        given = [v.strip() for item in items for v in
+                 (str(item).split(",") if self.many else [str(item)])]
+        unknown = [v for v in given if v not in known
+                   and not (self.files and v.endswith(self.files))] or (
+            [] if any(given) else [""])
+        if unknown:
+            raise InputError(f"{option} {unknown[0]}: not one of {', '.join(known)}")
 
 
 @dataclass(frozen=True)
@@ -52,9 +91,31 @@ class Output:
     resumes: bool = False
 
 
-def check_options(command: TyperCommand, params: dict[str, Any]) -> None:
-    """Refuse, before any work, a non-finite number, a number outside its `Range`, and an
-    output path that `check_output` refuses."""
+@dataclass(frozen=True)
+class Needs:
+    """Marks an option that only means something when the command's option `option` (the
+    first of these names it has) takes one of `values` (`--draft-model` with a drafter that
+    runs one): given otherwise, it is refused rather than silently ignored."""
+
+    option: tuple[str, ...]
+    values: tuple[str, ...]
+
+    def check(self, params: dict[str, Any], given: str) -> None:
+        """One `InputError` line when the option `given` was given without its partner."""
+        name = next(n for n in self.option if n in params)
+        chosen = params[name]
+        chosen = set() if chosen is None else {v.strip() for v in str(chosen).split(",")}
+        if not chosen & set(self.values):
+            flag = f"--{name.replace('_', '-')}"
+            raise InputError(f"{given} is used with {flag} {' or '.join(self.values)} only; "
+                             f"{flag} {','.join(sorted(chosen)) or 'is unset'} runs without it")
+
+
+def check_options(command: TyperCommand, ctx: Context) -> None:
+    """Refuse, before any work, an empty value, a value outside its `Choices`, a non-finite
+    number, a number outside its `Range`, an option given without the option it `Needs`, and
+    an output path that `check_output` refuses."""
+    params = ctx.params
     declared = inspect.signature(inspect.unwrap(command.callback), eval_str=True).parameters
     for param in command.params:
         value = params.get(param.name)
@@ -62,10 +123,17 @@ def check_options(command: TyperCommand, params: dict[str, Any]) -> None:
             continue
         option = max(param.opts, key=len)
         marks = get_args(declared[param.name].annotation)[1:]
+        given = ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE
+        if given and isinstance(value, str) and not value.strip():
+            raise InputError(f"{option}: empty value")
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"{option} {value}: must be a finite number")
         for mark in marks:
-            if isinstance(mark, Range):
+            if isinstance(mark, Choices) and given:
+                mark.check(value, option)
+            elif isinstance(mark, Needs) and given:
+                mark.check(params, option)
+            elif isinstance(mark, Range):
                 mark.check(value, option)
             elif isinstance(mark, Output):
                 inputs = [Path(params[name]) for name in mark.inputs

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -14,31 +12,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from specscope.atomic import write_text_atomic
-from specscope.cli.checks import Range
+from specscope.cli.checks import Choices, Range
 from specscope.errors import InputError
 from specscope.names import PROMPT_SET_SIZES
 
 console = Console()
-
-
-@dataclass(frozen=True)
-class Choices:
-    """Marks an option (in its `Annotated[...]`) whose values are a fixed set the library defines:
-    `source` names the constant ("module:NAME", a tuple or a dict's keys), `extra` adds values
-    the command itself takes (`all`), `many` says it takes a comma-separated list. Help lists the
-    values (`--runtime [eager|graph|compile]`), importing `source` only when help is shown; the
-    library still checks them (one stderr line, exit 2)."""
-
-    source: str
-    extra: tuple[str, ...] = ()
-    many: bool = False
-
-    def metavar(self) -> str:
-        """`[a|b|c]`, or `[a|b|c],...` for a list."""
-        module, name = self.source.split(":")
-        values = [str(v) for v in getattr(importlib.import_module(module), name)]
-        listed = f"[{'|'.join([*values, *self.extra])}]"
-        return f"{listed},..." if self.many else listed
 
 
 Hw = Annotated[str, typer.Option("--hw", help="Hardware profile (a100, h100, h200, cpu-2core, "
@@ -50,7 +28,7 @@ EngineName = Annotated[str | None, typer.Option(
     "--engine", help="Software stack to price (hw_profiles/data/engines: runtimes, tree "
                      "attention, the speculative loop's host work, the baseline's stack); "
                      "default: specscope's own loop as profiled on the hardware."),
-    Choices("specscope.hw_profiles.engine:ENGINE_NAMES")]
+    Choices("specscope.hw_profiles.engine:ENGINE_NAMES", files=".toml")]
 Offload = Annotated[float, typer.Option(
     "--offload", help="Fraction of the target's weights kept in host memory and streamed over "
                       "the profile's host link every forward (docs/hardware.md#weight-"

@@ -13,13 +13,17 @@ import typer
 
 try:
     from typer._click import exceptions
+    from typer._click.core import Context, ParameterSource
 except ImportError:  # typer < 0.26: click's own
     from click import exceptions
+    from click.core import Context, ParameterSource
 
 
 class _NeverRaised(Exception):
     """Stands for an exception this click does not have."""
 
+
+__all__ = ["USAGE_ERRORS", "Context", "NoArgsIsHelpError", "ParameterSource"]
 
 NoArgsIsHelpError: type[Exception] = getattr(exceptions, "NoArgsIsHelpError", _NeverRaised)
 """A group called alone (click ≥ 8.2 and typer ≥ 0.26 raise it; older click prints the help and

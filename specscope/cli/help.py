@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any, get_args
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
-from specscope.cli.checks import check_options
-from specscope.cli.common import Choices
+from specscope.cli.checks import Choices, check_options
 
 if TYPE_CHECKING:
     from typer._click import HelpFormatter
@@ -64,7 +63,7 @@ class Command(TyperCommand):
 
     def invoke(self, ctx: typer.Context) -> Any:
         """Run the command once its options pass `check_options`."""
-        check_options(self, ctx.params)
+        check_options(self, ctx)
         return super().invoke(ctx)
 
     def get_help(self, ctx: typer.Context) -> str:

@@ -8,11 +8,10 @@ from typing import Annotated
 
 import typer
 
-from specscope.cli.checks import Output, Range
+from specscope.cli.checks import Choices, Needs, Output, Range
 from specscope.cli.common import (
     PROMPT_SOURCES,
     AsJson,
-    Choices,
     CpuThreads,
     Device,
     Dtype,
@@ -26,15 +25,18 @@ from specscope.cli.common import (
     console,
 )
 from specscope.errors import InputError
-from specscope.names import DEFAULT_DRAFT_MODEL
+from specscope.names import DEFAULT_DRAFT_MODEL, DRAFT_MODEL_DRAFTERS, LAYERSKIP
 
 Model = Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")]
 Prompts = Annotated[str, typer.Option(help=f"Prompts: {PROMPT_SOURCES}.")]
+DRAFTER_OPTIONS = ("drafter", "drafters")
 DraftModel = Annotated[str | None, typer.Option(help=f"Draft model (default: "
-                                                    f"{DEFAULT_DRAFT_MODEL}).")]
+                                                    f"{DEFAULT_DRAFT_MODEL})."),
+                       Needs(DRAFTER_OPTIONS, DRAFT_MODEL_DRAFTERS)]
 LayerSkip = Annotated[str, typer.Option(help="The layerskip drafter's layers: swift (a skip set "
                                              "searched on the first requests), del (an exit "
-                                             "layer per step) or layer indices to skip (1,2).")]
+                                             "layer per step) or layer indices to skip (1,2)."),
+                      Needs(DRAFTER_OPTIONS, (LAYERSKIP,))]
 Temperature = Annotated[float, typer.Option(help="Sampling temperature (0: greedy)."),
                         Range(0)]
 

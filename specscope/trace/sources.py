@@ -93,12 +93,24 @@ class Drafting:
         return None if free else self.drafter
 
 
+def _names_a_drafter(source: str) -> bool:
+    """Whether `source` names a drafter by itself: the generic draft, a draft model's, or a
+    model-free drafter's."""
+    model = source.removeprefix(DRAFT_PREFIX).removeprefix(RASD_PREFIX)
+    return (source == DEFAULT_SOURCE or source in MODEL_FREE_SOURCES
+            or (model != source and bool(model.strip())))
+
+
 def drafting(trace: Trace | None, source: str | None, drafter: str | None,
              catalogue: Collection[str]) -> Drafting:
     """`--source` and `--drafter`, each defaulting to the other (module docstring). Without a
     trace the source is `source`, else the drafter's own (`DEFAULT_SOURCE` without either). A
     source's draft model must be in `catalogue` unless `--drafter` is given."""
     if trace is None:
+        if source is not None and not _names_a_drafter(source):
+            raise InputError(f"--source {source!r}: without a trace, a source is "
+                             f"{DEFAULT_SOURCE}, {DRAFT_PREFIX}MODEL, {RASD_PREFIX}MODEL or one "
+                             f"of {', '.join(sorted(MODEL_FREE_SOURCES))}")
         source = source or (DEFAULT_SOURCE if drafter is None else source_of(drafter))
     elif source is not None:
         try:

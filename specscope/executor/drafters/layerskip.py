@@ -63,10 +63,9 @@ from specscope.executor.runtime import Runtime
 from specscope.executor.targets import CachedModel, Model
 from specscope.models.torch import Transformer
 from specscope.models.torch.skip import layer_count, layer_label, skip_layers
+from specscope.names import LAYERSKIP
 from specscope.tree import Tree
 
-LAYERSKIP = "layerskip"
-"""Source name of the layer-skip drafter, whatever its mode."""
 MODES = ("fixed", "swift", "del")
 
 
