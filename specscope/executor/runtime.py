@@ -20,10 +20,12 @@ device to finish queued work, then reads `time.perf_counter`.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import torch
 
@@ -47,6 +49,15 @@ CPU_OPTIONS = {"freezing": True, "cpp_wrapper": True}
 """Inductor on a CPU: weights folded as constants (oneDNN prepacks them for small-batch GEMMs) and a
 C++ wrapper instead of Python between kernels. Measured on tiny-code (2-core EPYC, 1 thread): one
 token 3.3 ms eager, 3.1 ms compiled with defaults, 1.8 ms with these; its draft 0.64 → 0.13 ms."""
+COMPILE_NOTICE = {
+    "cpu": "about 8 s each for tiny-code, 14 s for tiny-ssm on a 2-core CPU, less once torch's "
+           "compile cache holds them",
+    "cuda": "about 70 s each for an 8B model on an H100 under max-autotune-no-cudagraphs",
+}
+"""How long compiling one step size takes, said on stderr before the first compile of a process:
+`generate --runtime compile` on the 2-core EPYC with an empty inductor cache (tiny-code chain at
+budget 4: 33 s for 4 steps, 7.5 s cached; tiny-ssm at budget 8: 70 s for 5, 34.5 s cached) and
+`CUDA_COMPILE_MODE`'s 68-79 s per llama-3.1-8b bucket on the H100."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,9 @@ class StepRunner:
     so a caller may keep them across calls.
     """
 
+    compile_announced: ClassVar[bool] = False
+    """Whether this process has said on stderr that it is compiling (once per process)."""
+
     def __init__(self, fn: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
                  runtime: Runtime) -> None:
         self.runtime = runtime
@@ -157,6 +171,7 @@ class StepRunner:
         if not self.captures:
             if key in self._seen or self.runtime.kind == "eager":
                 return self.fn(*inputs)
+            self._announce_compile()
             start = self.runtime.clock()
             out = self.fn(*inputs)  # the first call of a new signature compiles it
             self.setup_s += self.runtime.clock() - start
@@ -187,7 +202,17 @@ class StepRunner:
             buffer.copy_(x)
         return graph.replay
 
+    def _announce_compile(self) -> None:
+        """One stderr line before this process's first compile, which can take minutes."""
+        if self.runtime.kind != "compile" or StepRunner.compile_announced:
+            return
+        StepRunner.compile_announced = True
+        print(f"compiling the steps with torch.compile: each new step size compiles once on first "
+              f"use ({COMPILE_NOTICE[self.runtime.device.type]}), timed apart from decoding...",
+              file=sys.stderr, flush=True)
+
     def _capture(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
+        self._announce_compile()
         start = self.runtime.clock()
         static_in = tuple(x.clone() for x in inputs)
         stream = torch.cuda.Stream(self.runtime.device)
