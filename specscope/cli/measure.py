@@ -49,8 +49,8 @@ def profile_hw(
         help="Runtimes to fit, repeated or comma-separated; graph needs cuda (default: all "
              "the device runs; --quick on cuda leaves out compile)."),
         Choices("specscope.names:RUNTIMES", many=True)] = None,
-    quick: Annotated[bool, typer.Option(help="A small grid (about 2.5 min on 2 cores).")] = (
-        False),
+    quick: Annotated[bool, typer.Option(help="A small grid (on 2 cores: eager about 30 s, "
+                                              "eager and compile 1-2 min).")] = False,
     threads: CpuThreads = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Profile TOML to write "
                                                 "(default: the user profile directory)."),
@@ -274,7 +274,7 @@ def zoo_train(
                                                                 "(default: the package's)."),
                    Output(folder=True)] = None,
 ) -> None:
-    """Retrain the zoo models on the Python standard library (about 80 minutes on two cores)."""
+    """Retrain the zoo models on the Python standard library (about 2.6 hours on two cores)."""
     import torch
 
     from specscope.executor.threads import choose_threads, probe_threads
