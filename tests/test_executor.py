@@ -53,6 +53,9 @@ model's deep paths), so the later drafters (stand, rasd, layerskip: their own te
 them on the zoo) run there with one static and one dynamic method only."""
 SSM_DRAFTERS = BASE_DRAFTERS
 """Drafters of SSM targets (self-speculation skips layers of a Transformer)."""
+SSM_PROMPTS = 16
+"""Prompts of the trained-SSM matrix: each of its 25 cases decodes them twice (STree and naive),
+in float64 (10 s a case at 32 prompts: half of `make test`'s budget for one matrix)."""
 ZOO_CASES = [(d, a) for d in DRAFTERS for a in METHODS
              if d in BASE_DRAFTERS or a in ("sequoia", "dyspec")]
 LLAMA = tiny_spec("tiny-llama", V, max_seq_len=64)
@@ -62,13 +65,13 @@ MAMBA = ModelSpec(name="tiny-mamba2", arch="ssm", n_layers=2, d_model=32, vocab_
 
 class Case:
     """A target, its draft model, evaluation prompts with their autoregressive outputs, and
-    other prompts for calibration passes (default: self-repeating ones)."""
+    other prompts for calibration passes (the last 4; default: self-repeating ones)."""
 
     def __init__(self, target: Model, draft: Model | None,
                  prompts: list[list[int]] | None = None) -> None:
         self.target, self.draft = target, draft
         prompts = prompts or self_repeating_prompts(target, PROMPTS + 4)
-        self.prompts, self.others = prompts[:PROMPTS], prompts[PROMPTS:]
+        self.prompts, self.others = prompts[:-4], prompts[-4:]
         self.reference = [decode_autoregressive(target, p, MAX_NEW).output for p in self.prompts]
 
     def method(self, drafter_name: str, algo: str):
@@ -255,21 +258,21 @@ def test_zoo_greedy_equals_autoregressive_on_code_edit(drafter: str, algo: str) 
 @pytest.mark.parametrize("drafter", SSM_DRAFTERS)
 def test_zoo_ssm_greedy_equals_autoregressive_with_both_verifiers(drafter: str,
                                                                    algo: str) -> None:
-    """The trained tiny-ssm on 32 code-edit prompts: STree and naive are lossless and agree."""
+    """The trained tiny-ssm on 16 code-edit prompts: STree and naive are lossless and agree."""
     if drafter == "draft" and not weights_path("tiny-code-draft").is_file():
         pytest.skip("zoo draft model tiny-code-draft not trained yet")
-    assert_lossless_with_both_ssm_verifiers(zoo_case("tiny-ssm"), drafter, algo)
+    assert_lossless_with_both_ssm_verifiers(zoo_case("tiny-ssm", SSM_PROMPTS), drafter, algo)
 
 
 @cache
-def zoo_case(target: str = "tiny-code") -> Case:
-    """A zoo target with the zoo's draft in float64 on the code-edit prompts (32 + 4 to
-    calibrate)."""
+def zoo_case(target: str = "tiny-code", prompts: int = PROMPTS) -> Case:
+    """A zoo target with the zoo's draft in float64 on the first `prompts` code-edit prompts
+    (and 4 more to calibrate)."""
     module, tokenizer = load_zoo_model(target, dtype=torch.float64)
     draft = None
     if weights_path("tiny-code-draft").is_file():
         draft = wrap(load_zoo_model("tiny-code-draft", dtype=torch.float64)[0])
-    texts = load_prompts("builtin:code-edit")[: PROMPTS + 4]
+    texts = load_prompts("builtin:code-edit")[: prompts + 4]
     return Case(wrap(module), draft, [tokenizer.encode(t) for t in texts])
 
 
