@@ -43,3 +43,5 @@ DRIFT_RELATIVE_TO = ("control", "first")
 PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64, "docstring": 64, "sql": 64}
 """Built-in prompt sets (`--prompts builtin:NAME`, `models/zoo/prompts.py`) and how many prompts
 each holds."""
+SERVED_POLICIES = ("none", "static", "dyspec", "specdecpp", "smartspec")
+"""Speculation policies `serve-bench` runs for real (the simulator's names; `executor/planners`)."""

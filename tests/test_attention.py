@@ -139,7 +139,7 @@ def padded_step_inputs(tree: Tree, tokens: torch.Tensor, prefix: int, size: int,
     block[:n, :n] = torch.from_numpy(tree.ancestor_mask.copy())
     padded = torch.zeros(1, size, dtype=torch.long)
     padded[0, :n] = tokens
-    return padded, positions, slots, torch.tensor(prefix), block
+    return padded, positions[None], slots[None], torch.tensor([prefix]), block[None]
 
 
 @pytest.mark.parametrize("prefix", [0, 1, 57])

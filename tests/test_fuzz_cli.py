@@ -37,6 +37,8 @@ BASE: dict[str, tuple[str, ...]] = {
     "optimize-tree": ("--hw", "h100", "--acceptance", "0.6,0.2", "--budget", "8"),
     "simulate": ("--hw", "h100", "--target", "llama-3.1-8b", "--acceptance", "0.5", "--rate",
                  "1", "--requests", "2", "--seed", "0"),
+    "serve-bench": ("--model", "tiny-code", "--rate", "50", "--requests", "1", "--output-len", "2",
+                    "--prompts", "builtin:sql", "--device", "cpu"),
     "sweep": ("{tmp}/s.toml", "-o", "{tmp}/s.parquet"),
     "reproduce": (str(PAPERS / "hydra.toml"),),
     "dashboard": ("{tmp}",),

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from specscope import __version__
-from specscope.cli import adapt, measure, predict, report
+from specscope.cli import adapt, measure, predict, report, serve
 from specscope.cli.compat import USAGE_ERRORS, NoArgsIsHelpError
 from specscope.cli.help import APP_SETTINGS, Command, example
 from specscope.errors import InputError, InputWarning, first_line
@@ -64,6 +64,9 @@ COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], .
      ("specscope simulate --hw h100 --target llama-3.1-8b --drafter llama-68m \\",
       "    --acceptance 0.6,0.2,0.1 --policy smartspec --rate 8 --requests 500 \\",
       "    --seed 0")),
+    (app, "serve-bench", serve.serve_bench,
+     ("specscope serve-bench --model tiny-code --drafter ngram --policy dyspec \\",
+      "    --rate 4 --requests 16 --output-len 32 --max-batch 4 --device cpu")),
     (app, "sweep", predict.sweep, ("specscope sweep examples/sweep.toml -o out/sweep.parquet",)),
     (app, "reproduce", predict.reproduce, ("specscope reproduce examples/papers --json",)),
     (app, "dashboard", report.dashboard,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from specscope.atomic import write_text_atomic
-from specscope.cli.checks import Choices, Range
+from specscope.cli.checks import Choices, Output, Range
 from specscope.errors import InputError
 from specscope.names import PROMPT_SET_SIZES
 
@@ -66,6 +66,26 @@ PROMPT_SOURCES = (f"a built-in set ({', '.join(f'builtin:{name}' for name in PRO
                   "skipped)")
 """What `--prompts` takes (`models/zoo/prompts.py:load_prompts`), for its help."""
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+PolicyBudget = Annotated[int, typer.Option(min=1, help="Tree size per request (root included) "
+                                                       "of the dynamic policies.")]
+PolicyDepth = Annotated[int, typer.Option(min=1, help="Depth cap of the dynamic policies.")]
+MaxBatch = Annotated[int, typer.Option(min=1, help="Sequences per step.")]
+TokenBudget = Annotated[int, typer.Option(min=1, help="Tokens per step (trees and prompts).")]
+ChunkedPrefill = Annotated[int | None, typer.Option(min=1, help="Prefill prompts in chunks of "
+                                                                "this many tokens.")]
+Arrivals = Annotated[str, typer.Option(help="Arrival process."),
+                     Choices("specscope.simulator.workload:ARRIVALS")]
+ArrivalCv = Annotated[float, typer.Option("--cv", help="Gamma arrivals: coefficient of "
+                                                       "variation."),
+                      Range(0, low_closed=False)]
+ArrivalFile = Annotated[Path | None, typer.Option(help="Arrival times, one number of seconds "
+                                                       "per line.")]
+SloTpot = Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms)."),
+                    Range(0, low_closed=False)]
+MetricsOutput = Annotated[Path | None, typer.Option(
+    "-o", "--output", help="Per-request metrics parquet (summary in its metadata); the time "
+                           "series and event log go beside it."),
+    Output(inputs=("trace", "tree", "arrival_file"))]
 Force = Annotated[bool, typer.Option("--force", help="Replace output files that exist.")]
 
 
@@ -115,3 +135,29 @@ def _progress(label: str) -> Progress:
     return Progress(f"[bold]{label}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=Console(stderr=True), transient=True,
                     disable=not sys.stderr.isatty())  # keep logs and error output one line
+
+
+def _check_metrics_output(output: Path | None, force: bool) -> None:
+    """Before a run: the files a metrics `-o` writes beside its table (`check_output`)."""
+    from specscope.outputs import check_output
+    from specscope.simulator.metrics import beside_paths
+
+    for path in [] if output is None else beside_paths(output):
+        check_output(path, "-o", force=force)
+
+
+def _report_serving(result: Any, as_json: bool, output: Path | None) -> None:
+    """A serving run's (simulated or real) summary, as a table or JSON, and its metrics files
+    with `-o`: the per-request table, the time series and the event log."""
+    from specscope.simulator.metrics import write_metrics
+    from specscope.tables import simulate_table
+
+    if as_json:
+        _emit(result.summary, True)
+    else:
+        console.print(simulate_table(result.summary))
+    if output is not None:
+        written = write_metrics(output, result.requests, result.summary, result.timeseries,
+                                result.events)
+        _wrote(output, f"{result.requests.height:,} requests, the summary in its metadata; "
+                       f"{', '.join(p.name for p in written[1:])} beside it", as_json)

@@ -9,24 +9,35 @@ import typer
 
 from specscope.cli.checks import Choices, Output, Range
 from specscope.cli.common import (
+    ArrivalCv,
+    ArrivalFile,
+    Arrivals,
     AsJson,
+    ChunkedPrefill,
     EngineName,
     Force,
     Hw,
     Images,
+    MaxBatch,
+    MetricsOutput,
     Offload,
+    PolicyBudget,
+    PolicyDepth,
     PricedRuntime,
     Seed,
+    SloTpot,
     SystemName,
     SystemOptions,
     TensorParallel,
+    TokenBudget,
     TreeAttention,
     WeightBits,
+    _check_metrics_output,
     _csv_floats,
     _csv_ints,
     _emit,
     _progress,
-    _wrote,
+    _report_serving,
     console,
 )
 from specscope.errors import InputError
@@ -228,21 +239,16 @@ def simulate(
     tree: Annotated[Path | None, typer.Option(help="A tree JSON, or optimize-tree --json / "
                                                    "-o output (its best result).")] = None,
     algo: Annotated[str | None, typer.Option(help="Method of the --tree file to use.")] = None,
-    budget: Annotated[int, typer.Option(min=1, help="Tree size per request (root included) of "
-                                                    "the dynamic policies.")] = 16,
-    max_depth: Annotated[int, typer.Option(min=1, help="Depth cap of the dynamic policies.")
-                         ] = 12,
+    budget: PolicyBudget = 16,
+    max_depth: PolicyDepth = 12,
     runtime: PricedRuntime = None,
     engine: EngineName = None,
     offload: Offload = 0.0,
     tp: TensorParallel = 1,
     weight_bits: WeightBits = None,
-    max_batch: Annotated[int, typer.Option(min=1, help="Sequences per step.")] = 32,
-    token_budget: Annotated[int, typer.Option(min=1, help="Tokens per step (trees and "
-                                                          "prompts).")] = 8192,
-    chunked_prefill: Annotated[int | None, typer.Option(min=1, help="Prefill prompts in chunks "
-                                                                    "of this many tokens.")
-                               ] = None,
+    max_batch: MaxBatch = 32,
+    token_budget: TokenBudget = 8192,
+    chunked_prefill: ChunkedPrefill = None,
     replicas: Annotated[int, typer.Option(min=1, help="Replicas behind the router.")] = 1,
     router: Annotated[str, typer.Option(help="How the router picks a replica."),
                       Choices("specscope.simulator.scheduler:ROUTERS")] = "round-robin",
@@ -254,12 +260,9 @@ def simulate(
                                                            "sequence.")] = 4,
     fork_levels: Annotated[int, typer.Option(min=1, help="Forking: levels (1 = best-of-N).")
                            ] = 1,
-    arrivals: Annotated[str, typer.Option(help="Arrival process."),
-                        Choices("specscope.simulator.workload:ARRIVALS")] = "poisson",
-    cv: Annotated[float, typer.Option(help="Gamma arrivals: coefficient of variation."),
-                  Range(0, low_closed=False)] = 1.0,
-    arrival_file: Annotated[Path | None, typer.Option(help="Arrival times, one number of "
-                                                           "seconds per line.")] = None,
+    arrivals: Arrivals = "poisson",
+    cv: ArrivalCv = 1.0,
+    arrival_file: ArrivalFile = None,
     prompt_len: Annotated[str | None, typer.Option(help="Prompt tokens: N, uniform:A:B, "
                                                         "lognormal:MEDIAN:SIGMA or trace.")
                           ] = None,
@@ -273,27 +276,20 @@ def simulate(
                          Range(0, low_closed=False)] = 100.0,
     link_us: Annotated[float, typer.Option(help="Separate placement: link latency (µs)."),
                        Range(0)] = 10.0,
-    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms)."),
-                           Range(0, low_closed=False)] = None,
+    slo_tpot_ms: SloTpot = None,
     drift: Annotated[str | None, typer.Option(help="Acceptance multipliers per 1000 arrivals, "
                                                    "e.g. 1,0.9,0.8.")] = None,
     system: SystemName = None,
     system_options: SystemOptions = None,
     images: Images = 0,
     as_json: AsJson = False,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Per-request metrics "
-                                                "parquet (summary in its metadata); the time "
-                                                "series and event log go beside it."),
-                      Output(inputs=("trace", "tree", "arrival_file"))] = None,
+    output: MetricsOutput = None,
     force: Force = False,
 ) -> None:
     """Discrete-event serving simulation of speculation under load. Continuous batching,
     per-step speculation policies, replicas behind a router."""
-    from specscope.outputs import check_output
-    from specscope.simulator.metrics import beside_paths, write_metrics
     from specscope.simulator.run import SimulateRequest, run_simulation
     from specscope.systems.registry import system_options as parse_system
-    from specscope.tables import simulate_table
     from specscope.trace import read_trace
 
     request = SimulateRequest(
@@ -314,22 +310,12 @@ def simulate(
         drift=() if drift is None else tuple(_csv_floats(drift, "--drift")), seed=seed,
         system=system, system_options=parse_system(system, system_options), images=images,
     )
-    if output is not None:
-        for path in beside_paths(output):
-            check_output(path, "-o", force=force)
+    _check_metrics_output(output, force)
     with _progress("simulating") as bar:
         task = bar.add_task("simulating", total=requests)
         result = run_simulation(
             request, progress=lambda done, total: bar.update(task, completed=done, total=total))
-    if as_json:
-        _emit(result.summary, True)
-    else:
-        console.print(simulate_table(result.summary))
-    if output is not None:
-        written = write_metrics(output, result.requests, result.summary, result.timeseries,
-                                result.events)
-        _wrote(output, f"{result.requests.height:,} requests, the summary in its metadata; "
-                       f"{', '.join(p.name for p in written[1:])} beside it", as_json)
+    _report_serving(result, as_json, output)
 
 
 def sweep(

@@ -136,8 +136,9 @@ class CachedModel:
         return self._step.bind(*self._step_inputs(tokens, tree))
 
     def _step_inputs(self, tokens: torch.Tensor, tree: Tree) -> tuple[torch.Tensor, ...]:
-        """The static step's inputs on the device, padded to the tree's bucket: tokens (1, size),
-        positions, cache slots, the committed length and the (size, size) ancestor mask."""
+        """The static step's inputs on the device, padded to the tree's bucket, as a batch of one
+        row: tokens, positions and cache slots (1, size), the committed length (1,) and the
+        (1, size, size) ancestor mask."""
         n = tree.size
         size = bucket(n)
         index = torch.arange(size)
@@ -150,8 +151,8 @@ class CachedModel:
         padded = torch.zeros(size, dtype=torch.long)
         padded[:n] = tokens
         device = self.runtime.device
-        return (padded[None].to(device), positions.to(device), slots.to(device),
-                torch.tensor(self.committed, device=device), block.to(device))
+        return (padded[None].to(device), positions[None].to(device), slots[None].to(device),
+                torch.tensor([self.committed], device=device), block[None].to(device))
 
     def commit(self, tokens: torch.Tensor, path: Sequence[int]) -> None:
         self.model.compact(self.committed, path)

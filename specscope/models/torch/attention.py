@@ -57,17 +57,19 @@ class SplitMask:
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
            mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention and its log-sum-exp: q (b, h, t, d) over k, v (b, kv_heads, s, d)
-    (grouped-query heads: h a multiple of kv_heads), `mask` bool (t, s), (1, s) for keys only, or
-    None. Returns out (b, h, t, d) in q's dtype and lse (b, h, t) in at least float32. A row that
-    the mask empties gets a finite output and an lse near the dtype's minimum (weight 0 when
-    merged), never NaN."""
+    (grouped-query heads: h a multiple of kv_heads), `mask` bool (t, s), (1, s) for keys only,
+    (b, t, s) or (b, 1, s) one per batch row, or None. Returns out (b, h, t, d) in q's dtype and
+    lse (b, h, t) in at least float32. A row that the mask empties gets a finite output and an
+    lse near the dtype's minimum (weight 0 when merged), never NaN."""
     b, h, t, d = q.shape
     kv_heads, s = k.shape[1], k.shape[2]
     groups = h // kv_heads
     # a kv head's query heads attend to the same keys: fold them into its query rows
     qf = q.reshape(b, kv_heads, groups * t, d)
-    if mask is not None and groups > 1 and mask.shape[0] > 1:
-        mask = mask.repeat(groups, 1)
+    if mask is not None and groups > 1 and mask.shape[-2] > 1:
+        mask = mask.repeat(*(1,) * (mask.ndim - 2), groups, 1)
+    if mask is not None and mask.ndim == 3:
+        mask = mask[:, None]  # one mask per batch row, shared by its kv heads
     fused = _fused(qf, k, v, mask) if s else None
     out, lse = fused if fused is not None else _math(qf, k, v, mask)
     return out.reshape(b, h, t, d), lse.reshape(b, h, t)
@@ -120,10 +122,11 @@ def split_attention(q: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.Ten
                     k_block: torch.Tensor, v_block: torch.Tensor, block_mask: torch.Tensor,
                     prefix_keys: torch.Tensor | None = None) -> torch.Tensor:
     """Attention (b, h, t, d) of t new tokens over a prefix (k_prefix, v_prefix:
-    (b, kv_heads, p, d), p may be 0) and their own keys under `block_mask` (t, t), merged by
-    log-sum-exp. The prefix is unmasked, or restricted to the slots `prefix_keys` (1, p) allows
-    (the static-shape step, which reads the whole cache). Every row of `block_mask` must allow at
-    least its own token."""
+    (b, kv_heads, p, d), p may be 0) and their own keys under `block_mask` (t, t), or (b, t, t)
+    one per batch row, merged by log-sum-exp. The prefix is unmasked, or restricted to the slots
+    `prefix_keys` (1, p) or (b, 1, p) allows (the static-shape step, which reads the whole cache;
+    a batch of sequences, each its own committed length). Every row of `block_mask` must allow
+    at least its own token."""
     out_b, lse_b = attend(q, k_block, v_block, block_mask)
     if k_prefix.shape[2] == 0:
         return out_b

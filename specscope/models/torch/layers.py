@@ -35,11 +35,14 @@ class RMSNorm(nn.Module):
 def rope_cos_sin(
     positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin (t, head_dim) of rotary embeddings at `positions`, halves concatenated."""
+    """cos and sin (t, head_dim) of rotary embeddings at `positions` (t,), halves concatenated;
+    (b, 1, t, head_dim) at positions (b, t), one row per sequence (they broadcast over heads)."""
     work = torch.promote_types(dtype, torch.float32)
     exponents = torch.arange(0, head_dim, 2, device=positions.device, dtype=work) / head_dim
-    freqs = positions.to(work)[:, None] / theta ** exponents[None, :]
+    freqs = positions.to(work)[..., None] / theta ** exponents
     emb = torch.cat([freqs, freqs], dim=-1)
+    if emb.ndim == 3:
+        emb = emb[:, None]
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 

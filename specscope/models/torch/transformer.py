@@ -10,13 +10,15 @@ every layer at once (one gather, one scatter).
 Attention (`attention.py`) is split by default: the committed prefix read once without a mask,
 the new tokens among themselves under a small mask, merged by log-sum-exp; `tree_attention =
 "dense"` uses one additive (t, prefix + t) mask instead. A prompt goes through SDPA's causal path
-in `PREFILL_CHUNK`-token chunks. `step` is the static-shape form for torch.compile and CUDA graphs:
-the whole cache read under a key mask (slot < prefix length), the new tokens' own keys under the
-block mask. On this project's 2-core CPU, whose fused kernel takes a mask at almost no cost,
-split is the slower of the two for tiny models: tiny-code's shape (eager, 1 thread, prefix 200,
-interleaved medians of 600) verifies n = 1 / 8 / 16 nodes in 2.64 / 3.61 / 4.38 ms against dense
-2.33 / 3.16 / 3.97, and decodes a token in 2.73 against 2.37. The split form is for GPUs, where a
-mask keeps SDPA off its flash kernel. The public methods run under `torch.no_grad`, except the
+in `PREFILL_CHUNK`-token chunks. `step` is the static-shape form for torch.compile and CUDA graphs,
+over a batch of sequences in the cache's batch rows (one sequence is a batch of one): each row's
+whole cache read under its key mask (slot < its committed length), its new tokens' own keys under
+its block mask; `forward_rows` is the same pass in exact shapes. On this project's 2-core CPU,
+whose fused kernel takes a mask at almost no cost, split is the slower of the two for tiny
+models: tiny-code's shape (eager, 1 thread, prefix 200, interleaved medians of 600) verifies
+n = 1 / 8 / 16 nodes in 2.64 / 3.61 / 4.38 ms against dense 2.33 / 3.16 / 3.97, and decodes a
+token in 2.73 against 2.37. The split form is for GPUs, where a mask keeps SDPA off its flash
+kernel. The public methods run under `torch.no_grad`, except the
 training pass `forward_sequence`.
 """
 
@@ -81,13 +83,15 @@ class KVCache(nn.Module):
         return LayerCache(self, index)
 
     @torch.no_grad()
-    def compact(self, committed_len: int, accepted_nodes: Sequence[int]) -> None:
+    def compact(self, committed_len: int, accepted_nodes: Sequence[int],
+                row: int | None = None) -> None:
         """Move the KV of `accepted_nodes` (slots committed_len + node, root first) into slots
-        committed_len, +1, +2, … in every layer."""
+        committed_len, +1, +2, … in every layer: of every batch row, or of `row` only."""
         device = self.kv.device
         src = committed_len + torch.as_tensor(list(accepted_nodes), dtype=torch.long, device=device)
         dst = torch.arange(committed_len, committed_len + src.numel(), device=device)
-        self.kv.index_copy_(4, dst, self.kv.index_select(4, src))
+        kv = self.kv if row is None else self.kv[:, :, row : row + 1]
+        kv.index_copy_(4, dst, kv.index_select(4, src))
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,15 +110,18 @@ class LayerCache:
         return self.cache.kv[self.index, 1]
 
     def update(
-        self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v (b, kv_heads, t, head_dim) into `slots` (t,); return the first b rows."""
-        b = k.shape[0]
+        """Write k, v (b, kv_heads, t, head_dim) of batch rows row..row+b−1 into `slots` (t,),
+        the same in every row, or (b, t), each row its own; return those b rows."""
+        b, t = k.shape[0], k.shape[2]
         layer = torch.full((1,), self.index, device=slots.device)
+        rows = torch.arange(row, row + b, device=slots.device)[:, None]
         # written through the whole tensor, not this layer's view: torch.compile then updates it
         # in place (a view's update became a copy of the whole cache)
-        self.cache.kv[layer, :, :b, :, slots] = torch.stack([k, v]).permute(3, 0, 1, 2, 4)
-        return self.k[:b], self.v[:b]
+        self.cache.kv[layer, :, rows, :, slots.expand(b, t)] = (
+            torch.stack([k, v]).permute(1, 3, 0, 2, 4))
+        return self.k[row : row + b], self.v[row : row + b]
 
 
 class Attention(nn.Module):
@@ -136,16 +143,18 @@ class Attention(nn.Module):
         sin: torch.Tensor,
         mask: torch.Tensor | SplitMask,
         slots: torch.Tensor,
+        row: int = 0,
     ) -> torch.Tensor:
-        """x (b, t, d_model) → (b, t, d_model); keys and values go to cache `slots`. `mask` is an
-        additive (1, 1, t, kv_len) mask over cache slots 0..kv_len−1 (dense), or a `SplitMask`
-        (cache slots 0..prefix−1, and the new tokens among themselves under a small mask)."""
+        """x (b, t, d_model) → (b, t, d_model) of cache batch rows row..row+b−1; keys and values
+        go to cache `slots` ((t,) or (b, t)). `mask` is an additive (1, 1, t, kv_len) mask over
+        cache slots 0..kv_len−1 (dense), or a `SplitMask` (cache slots 0..prefix−1, and the new
+        tokens among themselves under a small mask)."""
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        cache_k, cache_v = self.kv_cache.update(slots, k, v)
+        cache_k, cache_v = self.kv_cache.update(slots, k, v, row)
         if not isinstance(mask, SplitMask):
             kv_len = mask.shape[-1]
             y = dense_attention(q, cache_k[:, :, :kv_len], cache_v[:, :, :kv_len], mask)
@@ -175,8 +184,9 @@ class TransformerBlock(nn.Module):
         sin: torch.Tensor,
         mask: torch.Tensor | SplitMask,
         slots: torch.Tensor,
+        row: int = 0,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, slots)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, slots, row)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -240,19 +250,20 @@ class Transformer(CausalLM):
         return self._run(tokens, input_pos, input_pos, mask)
 
     @torch.no_grad()
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits (b, t, vocab) of a prompt (b, t) written into slots 0..t−1: SDPA's causal path,
-        `PREFILL_CHUNK` tokens a pass (a later chunk attends to the earlier ones as an unmasked
-        prefix)."""
-        if tokens.shape[1] > self.max_seq_len:
-            raise InputError(f"a {tokens.shape[1]}-token prompt exceeds the "
+    def prefill(self, tokens: torch.Tensor, start: int = 0, row: int = 0) -> torch.Tensor:
+        """Logits (b, t, vocab) of a prompt (b, t) written into slots start..start+t−1 of cache
+        batch rows row..row+b−1 (`start` tokens already cached there: a later chunk of a
+        prompt): SDPA's causal path, `PREFILL_CHUNK` tokens a pass (a later chunk attends to the
+        earlier ones as an unmasked prefix)."""
+        if start + tokens.shape[1] > self.max_seq_len:
+            raise InputError(f"a {start + tokens.shape[1]}-token prompt exceeds the "
                              f"{self.max_seq_len}-slot cache")
         logits = []
-        for start in range(0, tokens.shape[1], PREFILL_CHUNK):
-            chunk = tokens[:, start : start + PREFILL_CHUNK]
-            positions = torch.arange(start, start + chunk.shape[1], device=tokens.device)
-            mask = causal_mask(start, chunk.shape[1], tokens.device)
-            logits.append(self._run(chunk, positions, positions, mask))
+        for first in range(start, start + tokens.shape[1], PREFILL_CHUNK):
+            chunk = tokens[:, first - start : first - start + PREFILL_CHUNK]
+            positions = torch.arange(first, first + chunk.shape[1], device=tokens.device)
+            mask = causal_mask(first, chunk.shape[1], tokens.device)
+            logits.append(self._run(chunk, positions, positions, mask, row=row))
         return torch.cat(logits, dim=1)
 
     def forward_sequence(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -298,9 +309,11 @@ class Transformer(CausalLM):
         slots = torch.arange(committed_len, committed_len + n, device=device)
         return positions, slots, mask
 
-    def compact(self, committed_len: int, accepted_nodes: Sequence[int]) -> None:
-        """Move the KV of `accepted_nodes` (root first) into slots committed_len, +1, +2, …"""
-        self.kv_cache.compact(committed_len, accepted_nodes)
+    def compact(self, committed_len: int, accepted_nodes: Sequence[int],
+                row: int | None = None) -> None:
+        """Move the KV of `accepted_nodes` (root first) into slots committed_len, +1, +2, … of
+        every cache batch row, or of `row` only."""
+        self.kv_cache.compact(committed_len, accepted_nodes, row)
 
     @torch.no_grad()
     def step(
@@ -308,21 +321,32 @@ class Transformer(CausalLM):
         tokens: torch.Tensor,
         positions: torch.Tensor,
         slots: torch.Tensor,
-        prefix_len: torch.Tensor,
+        committed: torch.Tensor,
         block_mask: torch.Tensor,
     ) -> torch.Tensor:
-        """Logits (b, t, vocab) of t new tokens in static shapes, for CUDA graphs and compiling.
+        """Logits (b, t, vocab) of t new tokens in each of cache batch rows 0..b−1, in static
+        shapes, for CUDA graphs and compiling (a single sequence is b = 1).
 
-        tokens (b, t) at `positions` (t,) are written to cache `slots` (t,); each attends to the
-        committed slots below `prefix_len` (a 0-d long tensor; the whole cache is read under that
-        key mask) and to the new tokens that `block_mask` (t, t) allows (their keys as computed,
-        not read back). No value is read on the host and no shape depends on one, so one capture
-        serves every context length. A padding row (`block_mask` allowing only its diagonal)
-        stays finite and changes no other row.
+        Row r's tokens[r] (b, t) at `positions[r]` (b, t) are written to its cache `slots[r]`
+        (b, t); each attends to its row's slots below `committed[r]` (b,) long (the whole cache
+        is read under that key mask) and to its row's new tokens that `block_mask[r]` (b, t, t)
+        allows (their keys as computed, not read back). No value is read on the host and no
+        shape depends on one, so one capture serves every context length. A padding node
+        (`block_mask` allowing only its diagonal) stays finite and changes no other node; no row
+        reads another row's keys.
         """
-        keys = torch.arange(self.max_seq_len, device=tokens.device) < prefix_len
-        return self._run(tokens, positions, slots, SplitMask(self.max_seq_len, block_mask,
-                                                             keys[None]))
+        return self.forward_rows(tokens, positions, slots, committed, block_mask,
+                                 self.max_seq_len)
+
+    @torch.no_grad()
+    def forward_rows(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                     committed: torch.Tensor, block_mask: torch.Tensor, prefix: int,
+                     row: int = 0) -> torch.Tensor:
+        """`step` over cache batch rows row..row+b−1, reading only the first `prefix` slots of
+        each (prefix ≥ every committed length): the exact-shape form eager batches run."""
+        keys = torch.arange(prefix, device=tokens.device) < committed[:, None]
+        return self._run(tokens, positions, slots, SplitMask(prefix, block_mask, keys[:, None]),
+                         row=row)
 
     def _run(
         self,
@@ -331,19 +355,21 @@ class Transformer(CausalLM):
         slots: torch.Tensor,
         mask: torch.Tensor | SplitMask,
         exits: Sequence[int] | None = None,
+        row: int = 0,
     ) -> torch.Tensor:
-        """Logits after the last layer, or (`exits`) stacked after each layer count in it."""
+        """Logits after the last layer, or (`exits`) stacked after each layer count in it, of
+        cache batch rows row..row+b−1."""
         if self.max_seq_len == 0:
             raise RuntimeError("call setup_caches before running the model")
         x = self.model.embed_tokens(tokens)
         cos, sin = rope_cos_sin(positions, self.spec.head_dim, self.spec.rope_theta, x.dtype)
         if exits is None:
             for block in self.model.layers:
-                x = block(x, cos, sin, mask, slots)
+                x = block(x, cos, sin, mask, slots, row)
             return self.lm_head(self.model.norm(x))
         out = []
         for depth, block in enumerate(self.model.layers[: exits[-1]], 1):
-            x = block(x, cos, sin, mask, slots)
+            x = block(x, cos, sin, mask, slots, row)
             if depth in exits:
                 out.append(self.lm_head(self.model.norm(x)))
         return torch.stack(out)

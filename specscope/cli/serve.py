@@ -1,0 +1,94 @@
+"""`specscope serve-bench`: a real load run of the continuous-batching executor, reported as
+`simulate` reports a simulated one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specscope.cli.checks import Choices, Range
+from specscope.cli.common import (
+    ArrivalCv,
+    ArrivalFile,
+    Arrivals,
+    AsJson,
+    ChunkedPrefill,
+    CpuThreads,
+    Device,
+    Dtype,
+    Force,
+    MaxBatch,
+    MetricsOutput,
+    PolicyBudget,
+    PolicyDepth,
+    Seed,
+    SloTpot,
+    StepRuntime,
+    TokenBudget,
+    _check_metrics_output,
+    _csv_floats,
+    _progress,
+    _report_serving,
+)
+from specscope.cli.measure import DraftModel, Model, Prompts
+
+
+def serve_bench(
+    model: Model,
+    rate: Annotated[float, typer.Option(help="Arrivals per second."), Range(0, low_closed=False)],
+    requests: Annotated[int, typer.Option(min=1, help="Arrivals to serve.")],
+    seed: Seed = 0,
+    drafter: Annotated[str, typer.Option(help="Who proposes the draft tokens (one per row)."),
+                       Choices("specscope.names:DRAFTERS")] = "ngram",
+    draft_model: DraftModel = None,
+    prompts: Prompts = "builtin:code-edit",
+    policy: Annotated[str, typer.Option(help="Per-step speculation policy (none: plain "
+                                             "decoding)."),
+                      Choices("specscope.names:SERVED_POLICIES")] = "none",
+    tree: Annotated[Path | None, typer.Option(help="The static policy's tree: a tree JSON or "
+                                                   "optimize-tree -o output.")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Trace of the drafter (smartspec's "
+                                                    "acceptance, specdecpp's predictor).")
+                     ] = None,
+    acceptance: Annotated[str | None, typer.Option(help="smartspec: positional acceptance "
+                                                        "vector when no trace is given.")] = None,
+    budget: PolicyBudget = 8,
+    max_depth: PolicyDepth = 12,
+    max_batch: MaxBatch = 4,
+    token_budget: TokenBudget = 512,
+    chunked_prefill: ChunkedPrefill = None,
+    arrivals: Arrivals = "poisson",
+    cv: ArrivalCv = 1.0,
+    arrival_file: ArrivalFile = None,
+    output_len: Annotated[str, typer.Option(help="Output tokens (EOS ignored): N, uniform:A:B "
+                                                 "or lognormal:MEDIAN:SIGMA.")] = "32",
+    slo_tpot_ms: SloTpot = None,
+    threads: CpuThreads = None,
+    device: Device = "auto",
+    dtype: Dtype = "float32",
+    runtime: StepRuntime = None,
+    as_json: AsJson = False,
+    output: MetricsOutput = None,
+    force: Force = False,
+) -> None:
+    """Real serving under load: arrivals replayed in wall-clock time through the
+    continuous-batching speculative executor, measured as simulate measures."""
+    from specscope.executor.runtime import Runtime
+    from specscope.executor.serve_bench import ServeBenchRequest, run_serve_bench
+    from specscope.trace import read_trace
+
+    request = ServeBenchRequest(
+        model=model, rate=rate, requests=requests, drafter=drafter, draft_model=draft_model,
+        prompts=prompts, policy=policy, tree=tree, budget=budget, max_depth=max_depth,
+        acceptance=None if acceptance is None else tuple(_csv_floats(acceptance,
+                                                                     "--acceptance")),
+        trace=None if trace is None else read_trace(trace), arrivals=arrivals, cv=cv,
+        arrival_file=arrival_file, output_len=output_len, max_batch=max_batch,
+        token_budget=token_budget, chunked_prefill=chunked_prefill, slo_tpot_ms=slo_tpot_ms,
+        seed=seed, threads=threads, runtime=Runtime.resolve(device, dtype, runtime))
+    _check_metrics_output(output, force)
+    with _progress("serving"):
+        result = run_serve_bench(request)
+    _report_serving(result, as_json, output)

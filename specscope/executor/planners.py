@@ -1,0 +1,171 @@
+"""The simulator's speculation policies run for real: each step's tree for every running request.
+
+- `none`, `static`, `smartspec`: the simulator's own `Policy` (`simulator/policies/`) plans one
+  `Speculation` per request from a `StepView` of the live batch (context, generated and
+  remaining tokens of each request), and the request's drafter fills the planned shape
+  (`methods.draft_static`: a candidate missing from the drafter leaves its node out). SmartSpec
+  observes each request's accepted drafts as in the simulator. Its `StepPricer` is
+  `OnlinePricer`, a least-squares fit of the steps measured so far (SmartSpec fits batch time
+  online); the simulator prices with its cost model instead.
+- `dyspec`, `specdecpp`: the executor's live methods (`methods.dyspec_method`,
+  `methods.specdecpp_method`) on each request's drafter, the rules the simulator's policies
+  replay from a trace. Approximation: the simulator caps their trees at the request's remaining
+  tokens; here they are not capped (a node past a request's last token costs verification and
+  is dropped if accepted).
+
+`ets-batch` is not run for real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from specscope.draft import DraftedTree
+from specscope.errors import InputError
+from specscope.executor.methods import Method, draft_static, dyspec_method, specdecpp_method
+from specscope.executor.verify import Verdict
+from specscope.names import SERVED_POLICIES
+from specscope.optimizers.specdecpp import AUTHORS_THRESHOLD
+from specscope.optimizers.specdecpp_predictor import AcceptancePredictor
+from specscope.simulator.policies import POLICIES
+from specscope.simulator.policies.base import Policy, PolicySetup, Slot, Speculation, StepView
+from specscope.trace import AcceptanceModel, Trace
+from specscope.tree import Tree
+
+if TYPE_CHECKING:
+    from specscope.executor.serving import Served
+
+WINDOW = 256
+"""Steps `OnlinePricer` fits on (the most recent)."""
+
+
+class Planner(Protocol):
+    """Grows each running request's tree for a step, and learns from the outcomes."""
+
+    def trees(self, running: Sequence[Served], step: int) -> list[DraftedTree]:
+        """One drafted tree per running request (each drafter has begun the step)."""
+        ...
+
+    def observe(self, index: int, served: Served, drafted: DraftedTree, verdict: Verdict
+                ) -> None:
+        """Running request `index` of the step accepted `verdict` on `drafted`."""
+        ...
+
+    def stepped(self, seconds: float) -> None:
+        """The step just planned took `seconds` (drafting, verification, prompt chunks)."""
+        ...
+
+
+class OnlinePricer:
+    """Step seconds ≈ w · (1, requests, tree tokens, draft levels), fitted by least squares on
+    the last `WINDOW` measured steps, pulled weakly toward a prior in which only the per-step
+    and per-request parts cost (so that speculation is tried before the fit knows its price)."""
+
+    PRIOR = np.array([1e-3, 1e-3, 0.0, 0.0])
+
+    def __init__(self) -> None:
+        self.rows: list[np.ndarray] = []
+        self.seconds: list[float] = []
+        self.w = self.PRIOR
+
+    @staticmethod
+    def features(speculations: Sequence[Speculation]) -> np.ndarray:
+        return np.array([1.0, len(speculations), sum(s.tree.size for s in speculations),
+                         sum(s.draft_levels for s in speculations)])
+
+    def add(self, speculations: Sequence[Speculation], seconds: float) -> None:
+        """One measured step; refits."""
+        self.rows = [*self.rows[-WINDOW + 1:], self.features(speculations)]
+        self.seconds = [*self.seconds[-WINDOW + 1:], seconds]
+        x, y = np.array(self.rows), np.array(self.seconds)
+        gram = x.T @ x
+        ridge = 1e-3 * np.trace(gram) / gram.shape[0] + 1e-12
+        self.w = np.linalg.solve(gram + ridge * np.eye(4), x.T @ y + ridge * self.PRIOR)
+
+    def step_s(self, contexts: Sequence[int], speculations: Sequence[Speculation]) -> float:
+        """Predicted seconds of a step of these speculations (contexts are not used)."""
+        return max(float(self.features(speculations) @ self.w), 1e-6)
+
+
+class PolicyPlanner:
+    """A simulator `Policy` planning shapes that each request's drafter fills."""
+
+    def __init__(self, policy: Policy, acceptance: AcceptanceModel, source: str) -> None:
+        self.policy, self.acceptance, self.source = policy, acceptance, source
+        self.pricer = OnlinePricer()
+        self._slots: tuple[Slot, ...] = ()
+        self._specs: list[Speculation] = []
+        self._drafted: list[Speculation] = []
+
+    def trees(self, running: Sequence[Served], step: int) -> list[DraftedTree]:
+        self._slots = tuple(Slot(s.request.id, None, s.request.context_len, s.request.generated,
+                                 s.request.remaining) for s in running)
+        view = StepView(self._slots, self.pricer, self.acceptance, self.source, step)
+        self._specs = self.policy.plan(view)
+        out = [draft_static(s.drafter, s.context[-1], spec.tree)
+               for s, spec in zip(running, self._specs, strict=True)]
+        self._drafted = [Speculation(d.tree, d.forwards) for d in out]
+        return out
+
+    def observe(self, index: int, served: Served, drafted: DraftedTree, verdict: Verdict
+                ) -> None:
+        self.policy.observe(self._slots[index], self._specs[index], verdict.accepted)
+
+    def stepped(self, seconds: float) -> None:
+        if self._drafted:
+            self.pricer.add(self._drafted, seconds)
+
+
+class MethodPlanner:
+    """An executor `Method` growing every request's tree on its own drafter."""
+
+    def __init__(self, method: Method) -> None:
+        self.method = method
+
+    def trees(self, running: Sequence[Served], step: int) -> list[DraftedTree]:
+        return [self.method.build(s.drafter, s.context[-1]) for s in running]
+
+    def observe(self, index: int, served: Served, drafted: DraftedTree, verdict: Verdict
+                ) -> None:
+        if self.method.observe is not None:
+            self.method.observe(drafted, verdict)
+
+    def stepped(self, seconds: float) -> None:
+        """Nothing to learn from step times."""
+
+
+def make_planner(policy: str, source: str, budget: int, max_depth: int,
+                 tree: Tree | None = None, acceptance: AcceptanceModel | None = None,
+                 trace: Trace | None = None, seed: int = 0,
+                 options: Mapping[str, float] | None = None) -> tuple[Planner, int]:
+    """The named policy (`SERVED_POLICIES`) for drafter `source`, and the largest tree it may
+    verify per request. `smartspec` needs `acceptance` (or a `trace` holding `source`),
+    `specdecpp` a `trace` holding `source` to fit its predictor on, `static` a `tree`."""
+    if policy not in SERVED_POLICIES:
+        known = ", ".join(SERVED_POLICIES)
+        raise InputError(f"--policy {policy!r} is not run for real; serve-bench runs {known}")
+    options = dict(options or {})
+    if trace is not None and acceptance is None:
+        acceptance = AcceptanceModel.from_trace(trace, source)
+    if policy == "dyspec":
+        return MethodPlanner(dyspec_method(budget)), budget
+    if policy == "specdecpp":
+        if trace is None:
+            raise InputError("--policy specdecpp fits its acceptance predictor on a trace of the "
+                             "drafter: give --trace")
+        predictor = AcceptancePredictor.fit(trace, source, seed)
+        method = specdecpp_method(predictor, min(budget, max_depth + 1), "predictor fitted on "
+                                  "--trace", options.get("threshold", AUTHORS_THRESHOLD))
+        return MethodPlanner(method), method.max_size
+    if acceptance is None:
+        if policy == "smartspec":
+            raise InputError("--policy smartspec needs --trace or --acceptance")
+        acceptance = AcceptanceModel.from_vector([0.0], source)
+    setup = PolicySetup(acceptance, source, trace, tree, budget, max_depth, seed, options)
+    chosen = POLICIES[policy](setup)
+    largest = {"none": 1, "static": tree.size if tree is not None else 1}.get(
+        policy, max(budget, tree.size if tree is not None else 1))
+    return PolicyPlanner(chosen, acceptance, source), largest

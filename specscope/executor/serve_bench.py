@@ -1,0 +1,166 @@
+"""`specscope serve-bench`: a real load run of the continuous-batching executor, measured as
+`simulate` measures a simulated one.
+
+Arrivals and output lengths are drawn exactly as `simulate` draws them for the same seed and a
+fixed prompt length (`build_groups` of a `WorkloadSpec`: Poisson or Gamma gaps, or an arrival
+file; `LengthDist` outputs); prompts are the prompt set's, request i taking prompt i mod its
+size, so prompt lengths are the prompts' own. The requests are replayed in wall-clock time in
+this process by `serving.Server` over the batched target (`batch_target`: one forward for all
+rows of a Transformer, a `PerRowModel` otherwise) and per-row drafters, and
+the per-request table, summary, time series and event log are `simulator/metrics.py`'s, plus
+each request's token times (`token_times_s`, seconds from the run's start).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+
+from specscope.errors import InputError
+from specscope.executor.batched import BatchedModel, own_cache
+from specscope.executor.batched_transformer import batch_target
+from specscope.executor.drafters import Drafter, make_drafter
+from specscope.executor.loop import decode_autoregressive
+from specscope.executor.methods import MAX_DEPTH, load_tree
+from specscope.executor.planners import make_planner
+from specscope.executor.runtime import Runtime
+from specscope.executor.serving import Server, ServeRun
+from specscope.executor.session import Session, draft_model_for, load_session
+from specscope.executor.threads import use_threads
+from specscope.simulator.entities import Group
+from specscope.simulator.metrics import request_table, summarise, time_series
+from specscope.simulator.scheduler import Limits
+from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
+from specscope.trace import AcceptanceModel, Trace
+from specscope.tree import Tree
+
+
+@dataclass(frozen=True)
+class ServeBenchRequest:
+    """The options of `specscope serve-bench` (see its `--help`)."""
+
+    model: str
+    rate: float
+    requests: int
+    drafter: str = "ngram"
+    draft_model: str | None = None
+    prompts: str = "builtin:code-edit"
+    policy: str = "none"
+    tree: Path | Tree | None = None
+    budget: int = 8
+    max_depth: int = MAX_DEPTH
+    acceptance: tuple[float, ...] | None = None
+    trace: Trace | None = None
+    arrivals: str = "poisson"
+    cv: float = 1.0
+    arrival_file: Path | None = None
+    output_len: str = "32"
+    max_batch: int = 4
+    token_budget: int = 512
+    chunked_prefill: int | None = None
+    slo_tpot_ms: float | None = None
+    seed: int = 0
+    threads: int | None = None
+    runtime: Runtime = field(default_factory=Runtime.cpu)
+    options: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServeBenchResult:
+    """The summary (JSON-ready, `simulate`'s keys), one row per request, the event log and the
+    time series, and the run's outputs."""
+
+    summary: dict[str, Any]
+    requests: pl.DataFrame
+    events: pl.DataFrame
+    timeseries: pl.DataFrame
+    run: ServeRun
+
+
+def workload_groups(req: ServeBenchRequest, prompts: Sequence[Sequence[int]]) -> list[Group]:
+    """The arrivals of `req` (module docstring), request i with prompt i mod len(prompts)."""
+    if req.chunked_prefill is None and any(len(p) > req.token_budget for p in prompts):
+        raise InputError(f"--token-budget {req.token_budget} is below a prompt of "
+                         f"{max(map(len, prompts))} tokens; raise it or use --chunked-prefill")
+    spec = WorkloadSpec(requests=req.requests, rate=req.rate, prompt=LengthDist("fixed", 1.0),
+                        output=LengthDist.parse(req.output_len, "--output-len"),
+                        arrivals=req.arrivals, cv=req.cv, arrival_file=req.arrival_file)
+    spec.check()
+    groups = build_groups(spec, req.seed, lambda i: None, lambda row: (0, 0), lambda g: 1.0)
+    for group in groups:
+        group.prompt_len = group.first[0].prompt_len = len(prompts[group.id % len(prompts)])
+    return groups
+
+
+def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> ServeBenchResult:
+    """Check `req`, load its models (unless `session` holds them), serve its arrivals for real
+    and measure them."""
+    if req.budget < 1:
+        raise InputError(f"--budget must be ≥ 1 (tree size counts the root), got {req.budget}")
+    if req.acceptance is not None and req.trace is not None:
+        raise InputError("give one of --trace and --acceptance")
+    session = session or load_session(req.model, draft_model_for([req.drafter], req.draft_model),
+                                      req.runtime)
+    prompts = session.prompts(req.prompts)
+    if any(len(p) < 2 for p in prompts):
+        raise InputError(f"--prompts {req.prompts}: every prompt must hold at least 2 tokens")
+    drafters = [_drafter(req, session, row) for row in range(req.max_batch)]
+    source = drafters[0].source
+    tree = req.tree
+    if isinstance(tree, Path):
+        tree = load_tree(tree, source.split(":")[0], session.target.name)
+    acceptance = (None if req.acceptance is None
+                  else AcceptanceModel.from_vector(list(req.acceptance), source))
+    planner, max_tree = make_planner(req.policy, source, req.budget, req.max_depth, tree,
+                                     acceptance, req.trace, req.seed, req.options)
+    limits = Limits(req.max_batch, req.token_budget, req.chunked_prefill, max_tree)
+    limits.check()
+    groups = workload_groups(req, prompts)
+    threads = use_threads(req.threads, session.target, session.draft)
+    for m in drafters[0].models:  # first calls are slow: once before the clock starts
+        decode_autoregressive(m, prompts[0][:8], 2)
+    capacity = max(g.prompt_len + g.output_tokens for g in groups) + max_tree
+    model = batch_target(session.target, req.max_batch, capacity)
+    _warm_up(model, prompts[0])
+    server = Server(model, drafters.__getitem__, planner, limits)
+    run = server.run(groups, [prompts[g.id % len(prompts)] for g in groups])
+    requests = request_table([s.request for s in run.sequences]).with_columns(
+        token_times_s=pl.Series([s.token_times for s in run.sequences],
+                                dtype=pl.List(pl.Float64)))
+    series = time_series(run.events, math.inf)
+    summary = {
+        "hardware": "measured", "target": session.target.name,
+        **session.runtime.describe(), "threads": threads.count, "tp": 1,
+        "drafter": req.drafter, "source": source, "policy": req.policy,
+        "workload": "chat", "rate": req.rate, "arrivals": req.requests,
+        "max_batch": req.max_batch, "token_budget": req.token_budget,
+        "chunked_prefill": req.chunked_prefill, "seed": req.seed, "prompts": req.prompts,
+        **summarise(requests, series, req.slo_tpot_ms),
+        "kv_capacity_bytes": 0.0, "acceptance": "measured", "replayed_steps": 0,
+        "sampled_steps": 0, "decode_steps": run.steps,
+    }
+    return ServeBenchResult(summary, requests, run.events, series, run)
+
+
+def _drafter(req: ServeBenchRequest, session: Session, row: int) -> Drafter:
+    """Row `row`'s drafter; a draft model gets a cache of its own per row."""
+    draft = session.draft
+    if draft is not None and row > 0:
+        draft = own_cache(draft)
+    return make_drafter(req.drafter, session.target.vocab_size, draft_model=draft,
+                        target=session.target)
+
+
+def _warm_up(model: BatchedModel, prompt: Sequence[int]) -> None:
+    """A short prefill and step in row 0 before the clock starts (first calls are slow)."""
+    model.admit(0, len(prompt))
+    model.prefill(0, torch.tensor(prompt[:-1]))
+    model.verify([0], [torch.tensor(prompt[-1:])], [Tree.root()])
+    model.commit(0, [0])
+    model.release(0)
