@@ -172,6 +172,9 @@ def validate(
     threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads (default: those the "
                                                      "profile was measured with, else as "
                                                      "generate's).")] = None,
+    load: Annotated[bool, typer.Option("--load", help="Serving under load instead: each "
+                                           "policy × a ladder of arrival rates simulated and "
+                                           "run for real (continuous batching).")] = False,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", metavar="DIR",
                                                 help="Folder for the per-configuration table "
@@ -179,8 +182,14 @@ def validate(
                       Output(folder=True)] = None,
     force: Force = False,
 ) -> None:
-    """Predicted against measured speculative decoding on held-out prompts (batch 1)."""
+    """Predicted against measured speculative decoding on held-out prompts (batch 1), or with
+    --load the simulator against real serving under load."""
     from specscope.outputs import check_folder_files
+
+    if load:
+        _validate_load(hw, model, device, runtime, prompts, quick, seed, threads, as_json,
+                       output, force)
+        return
     from specscope.validate.compare import ValidateRequest, run_validate
     from specscope.validate.report import (
         PARQUET_NAME,
@@ -216,6 +225,38 @@ def validate(
     if written is not None:
         _wrote(written, f"{len(doc['configs'])} configurations, predicted against measured",
                as_json)
+
+
+def _validate_load(hw: str, model: str, device: str, runtime: str | None, prompts: str,
+                   quick: bool, seed: int, threads: int | None, as_json: bool,
+                   output: Path | None, force: bool) -> None:
+    """`validate --load`: the run, then its tables (or JSON) and its parquet."""
+    from specscope.outputs import check_folder_files
+    from specscope.validate.load import LoadRequest, run_load_validate
+    from specscope.validate.load_report import (
+        LOAD_PARQUET,
+        cell_table,
+        ranking_lines,
+        summary_table,
+        write_cells,
+    )
+
+    if output is not None:
+        check_folder_files(output, [LOAD_PARQUET], "-o", force)
+    request = LoadRequest(hw=hw, model=model, device=device, runtime=runtime, quick=quick,
+                          prompts=prompts, seed=seed, threads=threads)
+    with _progress("validating under load") as bar:
+        task = bar.add_task("validating under load", total=None)
+        doc = run_load_validate(
+            request, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if not _emit(doc, as_json):
+        console.print(cell_table(doc))
+        console.print(summary_table(doc))
+        for line in ranking_lines(doc):
+            console.print(line)
+    if output is not None:
+        _wrote(write_cells(doc["cells"], output), f"{len(doc['cells'])} cells, simulated "
+               "against measured", as_json)
 
 
 def collect(

@@ -128,13 +128,7 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
                              f"{', '.join(sorted(zoo_specs()))}")
     runtime = Runtime.resolve(req.device, "float32", req.runtime)
     check_device_kind(profile, runtime.device.type)
-    if req.threads is not None and req.threads < 1:
-        raise InputError(f"--threads must be at least 1, got {req.threads}")
-    threads: int | Threads | None = req.threads
-    if threads is None and runtime.device.type == "cpu" and profile.threads:
-        # the run must use the threads the profile's step times were measured with
-        threads = Threads(profile.threads, f"profile: {profile.name}'s steps were measured "
-                                           f"with {profile.threads}")
+    threads = profile_threads(profile, runtime, req.threads)
     costs = {name: CostModel(profile, get_model(name), runtime=runtime.kind)
              for name in (req.model, req.draft_model)}
     configs = list(req.configs or config_grid(req.quick))
@@ -207,6 +201,18 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
     )
 
 
+def profile_threads(profile: HardwareProfile, runtime: Runtime, threads: int | None
+                    ) -> int | Threads | None:
+    """The CPU threads of a run checked against `profile`: `threads` when given, else on the CPU
+    those the profile's step times were measured with (None: `use_threads` chooses)."""
+    if threads is not None and threads < 1:
+        raise InputError(f"--threads must be at least 1, got {threads}")
+    if threads is None and runtime.device.type == "cpu" and profile.threads:
+        return Threads(profile.threads, f"profile: {profile.name}'s steps were measured "
+                                        f"with {profile.threads}")
+    return threads
+
+
 def contenders(configs: Sequence[Config], predictions: dict[Config, Prediction],
                best: dict[Config, Measured], count: int) -> list[Config]:
     """The configuration predicted fastest and the `count − 1` others measured fastest so far:
@@ -221,13 +227,13 @@ def contenders(configs: Sequence[Config], predictions: dict[Config, Prediction],
 def machine_drift(profile: HardwareProfile, spec_name: str, runtime: Runtime,
                   repeats: int = 15) -> float | None:
     """How fast this machine runs now against when the profile was measured: the median, over
-    the profile's own measured points of `spec_name` under `runtime` (n ≤ 8, context > 0), of
-    the step time now (the same shapes through the executor, random weights as profile-hw
-    uses) over the time in the profile. None when the profile holds no such points. A shared
-    machine's speed moves by tens of percent over minutes; a ratio far from 1 says that part of
-    every step-time miss is the machine, not the model."""
-    tables = [t for t in profile.measured
-              if (t.model, t.runtime) == (spec_name, runtime.kind) and t.context > 0]
+    the profile's own measured points of `spec_name` under `runtime` (batch 1, n ≤ 8, context
+    > 0), of the step time now (the same shapes through the executor, random weights as
+    profile-hw uses) over the time in the profile. None when the profile holds no such points.
+    A shared machine's speed moves by tens of percent over minutes; a ratio far from 1 says that
+    part of every step-time miss is the machine, not the model."""
+    tables = [t for t in profile.measured if (t.model, t.runtime, t.batch)
+              == (spec_name, runtime.kind, 1) and t.context > 0]
     if not tables:
         return None
     spec = get_model(spec_name)
