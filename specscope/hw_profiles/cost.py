@@ -6,7 +6,8 @@ operator class) and compute time (FLOPs over peak × efficiency) as the runtime'
 weights (seconds per weight element, once per tile of tokens) and, under tensor parallelism, one
 ring all-reduce after every row-parallel projection (latency + 2(k−1)/k × bytes / link
 bandwidth). The host needs its own time to issue the forward (the runtime's `host_*` terms): on a
-GPU the two overlap and the step takes the longer, on a CPU they add. `roofline_terms` gives the
+GPU the two overlap and the step takes the longer, on a CPU they add; a step of several sequences
+adds each further sequence's host work (`batch_host_time`). `roofline_terms` gives the
 forward as terms that add up to it (what `specscope cost` prints, `report`).
 
 Verification attention is priced as it runs: `split` reads the committed prefix once without a
@@ -248,6 +249,13 @@ class CostModel:
                         r.prefill_host_step_s + layers * r.prefill_host_layer_s,
                         r.host_step_s + layers * r.host_layer_s) / self.hw.host_speed
 
+    def batch_host_time(self, batch: Num) -> np.ndarray:
+        """Host seconds a step of `batch` sequences adds to one sequence's (`host_time`): each
+        further sequence's work (`host_seq_us`, `host_layer_seq_us`; 0 at batch 1)."""
+        r = self.runtime
+        return (np.asarray(batch, dtype=float) - 1) * (
+            r.host_seq_s + self.host_layers * r.host_layer_seq_s) / self.hw.host_speed
+
     def roofline_terms(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any
                        ) -> tuple[list[tuple[OpCost, np.ndarray, np.ndarray]],
                                   dict[str, np.ndarray]]:
@@ -265,7 +273,7 @@ class CostModel:
             terms["offload"] = np.maximum(stream - device, 0.0) if self.offload_overlap \
                 else stream
             device = device + terms["offload"]
-        host = self.host_time(context_len)
+        host = self.host_time(context_len) + self.batch_host_time(batch)
         terms["host"] = np.maximum(host - device, 0.0) if self.hw.kind == "gpu" else host
         return timed, terms
 
@@ -353,7 +361,7 @@ class CostModel:
         } for op, seconds, compute_bound in timed]
         extras = {f"{k}_ms": float(v) * 1e3
                   for k, v in self.extras([op for op, _, _ in timed]).items()}
-        extras["host_ms"] = float(self.host_time(context_len)) * 1e3
+        extras["host_ms"] = float(self.host_time(context_len) + self.batch_host_time(batch)) * 1e3
         if self.offload:
             extras["offload_stream_ms"] = self.offloaded_bytes / self.hw.host_link_bandwidth * 1e3
         roofline_ms = float(self.roofline_time(batch, int(new_tokens), context_len)) * 1e3

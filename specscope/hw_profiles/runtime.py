@@ -18,7 +18,11 @@ tensor cores or vector units), K/V reads of attention (`attn_memory_eff`, or
 `attn_dense_memory_eff` for the dense-mask multi-query kernel some engines run), attention compute,
 and a prompt's compute (`prefill_compute_eff`). A forward adds `step_us` + layers · `layer_us` on
 the device and needs `host_step_us` + layers · `host_layer_us` of host time: on a GPU the two
-overlap (the step takes the longer), on a CPU the same thread does both (they add).
+overlap (the step takes the longer), on a CPU the same thread does both (they add). A step of
+B > 1 sequences adds (B − 1) × (`host_seq_us` + layers × `host_layer_seq_us`) of host time: the
+per-sequence work of a batched step (each row's inputs and masks, per-row attention calls) beyond
+what the operators price; both default to 0, so a profile written before batched steps were
+measured prices every batch as it did then.
 """
 
 from __future__ import annotations
@@ -52,9 +56,15 @@ FIELDS: dict[str, tuple[float, float, float]] = {
     "prefill_host_step_us": (1e-6, 0.0, 1e5),
     "prefill_host_layer_us": (1e-6, 0.0, 1e4),
     "blend": (1.0, 1.0, 16.0),
+    "host_seq_us": (1e-6, 0.0, 1e5),
+    "host_layer_seq_us": (1e-6, 0.0, 1e4),
 }
 """Numeric fields of a runtime section: (SI value of one TOML unit, lower bound, upper bound in
 TOML units). The bounds are what a fit may search and what a profile file may hold."""
+BATCH_FIELDS = ("host_seq_us", "host_layer_seq_us")
+"""The fields only steps of more than one sequence determine."""
+OPTIONAL = dict.fromkeys(BATCH_FIELDS, 0.0)
+"""Fields a profile may leave out, with the value that prices as profiles without them did."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,8 @@ class RuntimeParams:
     prefill_host_step_s: float
     prefill_host_layer_s: float
     blend: float
+    host_seq_s: float = 0.0
+    host_layer_seq_s: float = 0.0
 
     def values(self) -> dict[str, float]:
         """The numeric fields in TOML units (µs and fractions), keyed as in the file."""
@@ -96,7 +108,8 @@ def _attr(key: str) -> str:
 
 
 def parse_runtime(name: str, table: Any, where: Path | str) -> RuntimeParams:
-    """A `[runtime.<name>]` table checked: every field present, numeric and within its bounds."""
+    """A `[runtime.<name>]` table checked: every field present (but `OPTIONAL` ones), numeric and
+    within its bounds."""
     at = f"{where}: [runtime.{name}]"
     if name not in RUNTIMES:
         raise InputError(f"{at}: unknown runtime; known: {', '.join(RUNTIMES)}")
@@ -104,7 +117,7 @@ def parse_runtime(name: str, table: Any, where: Path | str) -> RuntimeParams:
         raise InputError(f"{at} must be a table")
     values: dict[str, Any] = {}
     for key, (unit, lo, hi) in FIELDS.items():
-        value = table.get(key)
+        value = table.get(key, OPTIONAL.get(key))
         if value is None:
             raise InputError(f"{at}: missing {key}")
         if isinstance(value, bool) or not isinstance(value, int | float):

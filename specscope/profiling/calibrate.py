@@ -6,7 +6,10 @@ under each requested `Runtime`, padded buckets compiled or captured on their war
 - the device's peak: a large matrix product (fp32 on a CPU, the rate its float32 models run at;
   bf16 on a GPU) and a large device copy (read + write bytes over time);
 - verification steps of catalogue models with random weights (three sizes, one ≥ 50 M parameters)
-  over new tokens n (binary trees) × context, batch 1 (the executor decodes one sequence);
+  over new tokens n (binary trees) × context, batch 1 (the single-sequence executor);
+- batched verification steps (`batched.measure_batched`): B sequences × tree tokens n × context
+  in one forward of the continuous-batching executor's target, the grid's draft model included
+  (its few nodes per row are a batched draft level), under eager (and graph on a GPU);
 - prefill of prompts (context 0; the wrappers prefill eagerly under every runtime, so these rows
   belong to `eager`);
 - the decode loop's host costs where it pays them (`measure.measure_loop`: short
@@ -19,7 +22,8 @@ under each requested `Runtime`, padded buckets compiled or captured on their war
 Warm-up per shape, torch's threads from `use_threads` (`--threads` when given) and recorded
 with why, median of repeats. Each runtime's terms (`[runtime.X]`, see `runtime.py`) are then
 fitted (`runtime_fit.py`: scipy least squares on log(predicted / measured) through `CostModel`
-itself, every 4th point held out to report the fit's error on points it did not see), and a
+itself, every 4th point held out to report the fit's error on points it did not see; batched
+points second, fitting only the per-sequence host terms), and a
 profile TOML is written atomically with the measured tables, the fit, its held-out error and the
 machine's provenance.
 """
@@ -51,11 +55,12 @@ from specscope.hw_profiles.profile import (
     warn_poor_fit,
     with_runtime,
 )
-from specscope.hw_profiles.runtime import runtime_toml
+from specscope.hw_profiles.runtime import BATCH_FIELDS, runtime_toml
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
 from specscope.names import PROFILE_DEVICES, RUNTIMES
 from specscope.outputs import check_output
+from specscope.profiling.batched import batched_jobs
 from specscope.profiling.measure import (
     SAMPLED_TEMPERATURE,
     Point,
@@ -82,7 +87,9 @@ class Grid:
     the eager grid; static_ns / static_contexts: those of runtimes that compile or capture a step
     per padded bucket (each (model, bucket, context) costs seconds to compile on a CPU); prefill:
     prompt lengths; draft_model and draft_levels: the drafter model and the chain depths timed;
-    loop_runs: rounds of the decode-loop runs that measure host costs (`measure_loop`).
+    loop_runs: rounds of the decode-loop runs that measure host costs (`measure_loop`);
+    batches, batch_ns and batch_contexts: the batched steps (`measure_batched`, every model of
+    the grid, under those of `batch_runtimes` requested; none when `batches` is empty).
     """
 
     models: tuple[str, ...]
@@ -95,23 +102,34 @@ class Grid:
     draft_levels: int = 8
     repeats: int = 5
     loop_runs: int = 3
+    batches: tuple[int, ...] = ()
+    batch_ns: tuple[int, ...] = ()
+    batch_contexts: tuple[int, ...] = ()
+    batch_runtimes: tuple[str, ...] = ("eager", "graph")
 
 
 CPU_MODELS = ("tiny-code-draft", "tiny-code", "llama-68m")
 GPU_MODELS = ("llama-68m", "llama-3.2-1b", "llama-3.1-8b")
 GRIDS = {
     ("cpu", True): Grid(CPU_MODELS, (1, 2, 4, 8, 16, 32), (64, 256, 512), (1, 2, 4, 8, 16),
-                        (256,), (32, 128), "tiny-code-draft", repeats=9),
+                        (256,), (32, 128), "tiny-code-draft", repeats=9, batches=(2, 4, 8),
+                        batch_ns=(1, 2, 3, 4), batch_contexts=(64, 256)),
     ("cpu", False): Grid(CPU_MODELS, (1, 2, 4, 8, 16, 32, 64, 128), (64, 256, 1024),
                          (1, 2, 4, 8, 16, 32), (64, 256), (32, 128, 384), "tiny-code-draft",
-                         repeats=15),
+                         repeats=15, batches=(2, 4, 8, 16), batch_ns=(1, 2, 4, 8),
+                         batch_contexts=(64, 256)),
     ("cuda", True): Grid(GPU_MODELS, (1, 2, 4, 8, 16, 32), (256, 2048), (1, 2, 4, 8, 16, 32),
-                         (1024,), (512, 2048), "llama-68m", repeats=10),
+                         (1024,), (512, 2048), "llama-68m", repeats=10, batches=(2, 4, 8, 16),
+                         batch_ns=(1, 4, 16), batch_contexts=(256, 2048)),
     ("cuda", False): Grid(GPU_MODELS, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
                           (128, 1024, 8192), (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-                          (128, 1024, 8192), (512, 2048, 8192), "llama-68m", repeats=20),
+                          (128, 1024, 8192), (512, 2048, 8192), "llama-68m", repeats=20,
+                          batches=(2, 4, 8, 16, 32), batch_ns=(1, 2, 4, 8, 16, 32),
+                          batch_contexts=(128, 1024, 8192)),
 }
-"""(device, quick) → grid. --quick on a 2-core CPU stays under ~2.5 minutes, compiling included."""
+"""(device, quick) → grid. --quick on a 2-core CPU stays under ~2.5 minutes, compiling included.
+Batched steps: B × n up to the single-sequence grid's largest n on a CPU (the tokens a batch's
+operators see stay where the first fit measured them)."""
 QUICK_CUDA_RUNTIMES = ("eager", "graph")
 """What --quick on cuda fits when no --runtime is given: compiling its grid's buckets took 12-15
 minutes on an H100, so compile is measured only when asked for."""
@@ -215,8 +233,8 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
         f"# Device: {p['device']}; {os.cpu_count()} cores, {m.threads} torch thread(s), "
         f"torch {p['torch']}{', driver ' + p['driver'] if p['driver'] else ''}.",
         "# Steps are the executor's own (CachedModel.prefill / verify, binary trees, batch 1: the "
-        "executor decodes",
-        "# one sequence), catalogue models with random weights, warm-up per shape, median of "
+        "single-sequence",
+        "# executor), catalogue models with random weights, warm-up per shape, median of "
         "repeats.",
         "# Runtime sections: fitted with scipy least squares on log(predicted / measured) through "
         "CostModel;",
@@ -225,6 +243,7 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
         *[f"#   {f.runtime}: median {f.heldout_median_rel_err:.1%}, max "
           f"{f.heldout_max_rel_err:.1%} over {f.held_out} points ({f.points} fitted, "
           f"median {f.fit_median_rel_err:.1%})" for f in fits.values()],
+        *_batched_header(fits),
         "# Prefill (context 0) runs eager under every runtime (the executor's wrappers prefill "
         "eagerly), so",
         "# prefill rows fit `eager`; other runtimes take its prefill_* fields. The dense-mask "
@@ -301,20 +320,50 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
                   f"heldout_median_rel_err = {fit.heldout_median_rel_err:.4f}",
                   f"heldout_max_rel_err = {fit.heldout_max_rel_err:.4f}",
                   f"fit_median_rel_err = {fit.fit_median_rel_err:.4f}",
-                  f"fitted = [{', '.join(json.dumps(f) for f in fit.fitted)}]", ""]
+                  f"fitted = [{', '.join(json.dumps(f) for f in fit.fitted)}]"]
+        if fit.batched is not None:
+            b = fit.batched
+            lines += [f"batched_points = {b.points}", f"batched_held_out = {b.held_out}",
+                      f"batched_heldout_median_rel_err = {b.heldout_median_rel_err:.4f}",
+                      f"batched_heldout_max_rel_err = {b.heldout_max_rel_err:.4f}",
+                      f"batched_fit_median_rel_err = {b.fit_median_rel_err:.4f}"]
+        lines.append("")
     lines += ["[provenance]", f"device = {json.dumps(p['device'])}", f"cores = {os.cpu_count()}",
               f"threads = {m.threads}", f"threads_reason = {json.dumps(m.threads_reason)}",
               f"torch = {json.dumps(p['torch'])}",
               f"driver = {json.dumps(p['driver'])}", f"date = {json.dumps(date)}",
               f"command = {json.dumps(command)}", f"wall_s = {wall_s:.1f}", ""]
-    for (model, runtime, context), rows in groups(m.points, ("model", "runtime",
-                                                              "context")).items():
-        lines += ["[[measured]]", f'model = "{model}"', f'runtime = "{runtime}"', "batch = 1",
+    for (model, runtime, batch, context), rows in groups(
+            m.points, ("model", "runtime", "batch", "context")).items():
+        lines += ["[[measured]]", f'model = "{model}"', f'runtime = "{runtime}"',
+                  f"batch = {batch}",
                   f"context = {context}",
                   f"new_tokens = [{', '.join(str(p.new_tokens) for p in rows)}]",
                   f"time_ms = [{', '.join(f'{p.time_s * 1e3:.4g}' for p in rows)}]",
                   f'source = "profile-hw {date}"', "priced = false", ""]
     return "\n".join(lines)
+
+
+def _batched_header(fits: dict[str, Fit]) -> list[str]:
+    """The header's lines on the batched steps' fit, where any were measured."""
+    batched = [f for f in fits.values() if f.batched is not None]
+    if not batched:
+        return []
+    return [
+        "# Batched steps (B sequences' trees in one forward of the continuous-batching "
+        "executor's target,",
+        "# B × n after a context; the draft model's few nodes per row are a batched draft "
+        "level) are fitted",
+        "# second: only host_seq_us and host_layer_seq_us (each further sequence's host work), "
+        "every other",
+        "# field held. Held-out relative error of the batched points:",
+        *[f"#   {f.runtime}: median {f.batched.heldout_median_rel_err:.1%}, max "
+          f"{f.batched.heldout_max_rel_err:.1%} over {f.batched.held_out} points "
+          f"({f.batched.points} fitted, median {f.batched.fit_median_rel_err:.1%})"
+          for f in batched],
+        *(["# Runtimes whose batched steps were not measured take eager's per-sequence "
+           "terms."] if len(batched) < len(fits) else []),
+    ]
 
 
 def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
@@ -357,10 +406,12 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
     fits: dict[str, Fit] = {}
     for i, runtime in enumerate(chosen, start=len(steps) + 2):
         report(i, total, phases[i])
-        if runtime.kind != "eager" and "eager" in fits:  # prompts run eager under every runtime
-            eager = fits["eager"].values
-            hw = with_runtime(hw, runtime.kind, **{f: eager[f] for f in PREFILL_FIELDS})
         points = [p for p in m.points if p.runtime == runtime.kind]
+        if runtime.kind != "eager" and "eager" in fits:  # prompts run eager under every runtime
+            carried = PREFILL_FIELDS
+            if fits["eager"].batched and not any(p.batch > 1 for p in points):
+                carried += BATCH_FIELDS  # batched steps measured under eager only
+            hw = with_runtime(hw, runtime.kind, **{f: fits["eager"].values[f] for f in carried})
         fits[runtime.kind] = fit_runtime(hw, runtime.kind, points, specs)
         hw = with_runtime(hw, runtime.kind, **fits[runtime.kind].values)
     report(total, total, "writing")
@@ -373,7 +424,7 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
 
 def _jobs(grid: Grid, chosen: Sequence[Runtime], specs: dict[str, ModelSpec]
           ) -> list[tuple[str, Callable[[], list[Point]]]]:
-    """The step and prefill measurements of a run, each with what it measures."""
+    """The step, prefill and batched-step measurements of a run, each with what it measures."""
     jobs: list[tuple[str, Callable[[], list[Point]]]] = []
     for runtime in chosen:
         eager = runtime.kind == "eager"
@@ -393,7 +444,9 @@ def _jobs(grid: Grid, chosen: Sequence[Runtime], specs: dict[str, ModelSpec]
             if lengths:
                 jobs.append((f"{model} prefill", lambda s=spec, t=lengths, r=chosen[0]:
                              measure_prefill(s, r, t, grid.repeats)))
-    return jobs
+    batched = [r for r in chosen if r.kind in grid.batch_runtimes]
+    return jobs + batched_jobs([specs[m] for m in grid.models], batched, grid.batch_contexts,
+                               grid.batches, grid.batch_ns, grid.repeats)
 
 
 def host_costs(m: Measurements, base: Runtime, draft: ModelSpec, grid: Grid) -> None:

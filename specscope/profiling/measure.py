@@ -151,14 +151,15 @@ def release() -> None:
 
 @dataclass(frozen=True)
 class Point:
-    """One measured forward of one sequence (the executor's batch): `new_tokens` after `context`
-    committed tokens (0: a prompt)."""
+    """One measured forward of `batch` sequences (1: the single-sequence executor), each
+    `new_tokens` after `context` committed tokens (0: a prompt)."""
 
     model: str
     runtime: str
     context: int
     new_tokens: int
     time_s: float
+    batch: int = 1
 
 
 def measure_steps(spec: ModelSpec, runtime: Runtime, contexts: Sequence[int], ns: Sequence[int],

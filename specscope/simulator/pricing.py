@@ -14,7 +14,10 @@ tensor parallelism, weight bits):
   host's work around it. Requests' trees and contexts differ, so the forward is priced at
   the batch's mean tree size and mean context: exact for every linear layer (they see the
   total token count) and for the KV reads of attention (the sum of contexts), approximate only
-  for attention FLOPs (Σ nᵢ·cᵢ against B·n̄·c̄, small in decoding); exact at batch 1;
+  for attention FLOPs (Σ nᵢ·cᵢ against B·n̄·c̄, small in decoding); exact at batch 1. Every
+  forward of B sequences (verification, draft level, plain decoding, prompts) includes the
+  host work of each further one, the runtime's per-sequence terms (`CostModel.batch_host_time`,
+  fitted by `profile-hw` on batched steps; 0 in a profile without them);
 - bookkeeping: the loop's `step` (`Pricing.bookkeeping_s`) once per step when any request
   speculates.
 
