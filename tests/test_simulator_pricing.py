@@ -137,3 +137,15 @@ def test_separate_drafting_overlaps_verification_and_pays_the_link() -> None:
                                  + link.step_s(40), rel=1e-12)
     assert pricer.combine(parts, parts.draft_s, 40) == pytest.approx(held + parts.draft_s)
     assert link.step_s(40) == pytest.approx(10e-6 + 40 * 4 * 8 / 100e9)
+
+
+def test_bookkeeping_is_paid_per_speculating_request() -> None:
+    t, d = _models("cpu-2core", "tiny-code", "tiny-code-draft", "eager")
+    pricer = BatchPricer(t, d, "ngram")
+    one = host_terms(t, d).bookkeeping
+    assert one > 0
+    chain, plain = Speculation.of(Tree.chain(4, "ngram")), Speculation.none()
+    assert pricer.parts([100], [chain]).bookkeeping_s == pytest.approx(one, rel=1e-12)
+    assert pricer.parts([100] * 3 + [50], [chain] * 3 + [plain]).bookkeeping_s == (
+        pytest.approx(3 * one, rel=1e-12))
+    assert pricer.parts([100] * 2, [plain] * 2).bookkeeping_s == 0.0

@@ -18,8 +18,9 @@ tensor parallelism, weight bits):
   forward of B sequences (verification, draft level, plain decoding, prompts) includes the
   host work of each further one, the runtime's per-sequence terms (`CostModel.batch_host_time`,
   fitted by `profile-hw` on batched steps; 0 in a profile without them);
-- bookkeeping: the loop's `step` (`Pricing.bookkeeping_s`) once per step when any request
-  speculates.
+- bookkeeping: the loop's `step` (`Pricing.bookkeeping_s`: the acceptance walk, the commit and
+  the drafter's update of one sequence) once per speculating request, as a batched loop runs
+  them row by row (`executor/serving.py` does).
 
 The host terms (per level, per verification, per step) are `Pricing`'s own (`host_terms`).
 
@@ -246,14 +247,14 @@ class BatchPricer:
                 group[1] += 1
                 group[2] += context
         tokens = batch = context_sum = 0
-        speculates = False
+        speculating = 0
         levels: dict[tuple[int, str], list[int]] = {}
         for spec, count, contexts_sum in groups.values():
             shape = self.shape(spec)
             tokens += shape.size * count
             batch += count
             context_sum += contexts_sum
-            speculates |= shape.speculates
+            speculating += count * shape.speculates
             for key, forwarded, expanded in shape.levels:
                 level = levels.get(key)
                 if level is None:
@@ -271,11 +272,11 @@ class BatchPricer:
         if chunks and self._drafter is not None and self.link is None:
             draft += self._drafter.forward(len(chunks), sum(s for s, _ in chunks),
                                            sum(d for _, d in chunks) / len(chunks))
-        if not speculates:
+        if not speculating:
             forward = self._target.forward(batch, tokens, context_sum / batch)
             return StepParts(draft, forward, 0.0, False)
         verify = self._target.verify(batch, tokens, context_sum / batch) + self._host.verify
-        return StepParts(draft, verify, self._host.bookkeeping)
+        return StepParts(draft, verify, speculating * self._host.bookkeeping)
 
     def _level_s(self, source: str, count: int, forwarded: int, context_sum: int,
                  expanded: int) -> float:
