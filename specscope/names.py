@@ -44,4 +44,4 @@ PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64, "docstring": 64, "sql": 
 """Built-in prompt sets (`--prompts builtin:NAME`, `models/zoo/prompts.py`) and how many prompts
 each holds."""
 SERVED_POLICIES = ("none", "static", "dyspec", "specdecpp", "smartspec")
-"""Speculation policies `serve-bench` runs for real (the simulator's names; `executor/planners`)."""
+"""Speculation policies `serve-bench` runs for real (the simulator's names; `serving/planners`)."""

@@ -78,7 +78,9 @@ def blocked_modules(carried: set[str]) -> list[str]:
     """Top-level modules installed here whose distributions are neither on the GPU image (nor
     what its packages need here: this machine's versions of them may need other packages than
     the image's) nor carried; the checkout itself runs from PYTHONPATH. A carried package's
-    needs are its wheel's, not its installed namesake's (typer 0.29 here needs pydantic)."""
+    needs are its wheel's, not its installed namesake's (typer 0.29 here needs pydantic). What
+    an allowed package vendors (setuptools/_vendor, on sys.path once setuptools is imported:
+    inductor's C++ build imports its jaraco) comes with it."""
     image = {norm(line) for line in (ROOT / "benchmarks" / "gpu_image.txt").read_text()
              .splitlines() if line.strip() and not line.startswith("#")}
     installed = {norm(d.metadata["Name"]): d for d in importlib.metadata.distributions()}
@@ -90,6 +92,8 @@ def blocked_modules(carried: set[str]) -> list[str]:
         allowed.add(name)
         todo += [norm(re.match(r"[A-Za-z0-9._-]+", req).group(0))
                  for req in installed[name].requires or [] if "extra ==" not in req]
+        todo += [other for other, d in installed.items()
+                 if Path(str(d.locate_file(""))).match(f"*/{name}/_vendor")]
     return sorted(module for module, dists in importlib.metadata.packages_distributions().items()
                   if module != "specscope" and not any(norm(d) in allowed for d in dists))
 

@@ -89,8 +89,10 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
     ("tree", {"trace", "models", "hw_profiles", "optimizers", "executor"}),
     ("draft", {"trace", "optimizers", "executor"}),
     ("names", {"errors", "tree", "trace", "executor", "hw_profiles"}),
-    ("executor", {"profiling", "validate", "simulator", "sweeps", "dashboards", "cli"}),
-    ("simulator", {"executor", "profiling", "validate", "dashboards", "cli"}),
+    ("executor", {"profiling", "validate", "simulator", "serving", "sweeps", "dashboards",
+                  "cli"}),
+    ("simulator", {"executor", "profiling", "validate", "serving", "dashboards", "cli"}),
+    ("serving", {"profiling", "validate", "sweeps", "dashboards", "cli"}),
 ])
 def test_layers_import_downward(package: str, forbidden: set[str]) -> None:
     """hw_profiles only reads profiles (measuring lives in profiling/), optimizers hold solvers

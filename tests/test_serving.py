@@ -25,12 +25,12 @@ from specscope.executor.batched import PerRowModel, own_cache
 from specscope.executor.batched_transformer import batch_target
 from specscope.executor.drafters import DraftModelDrafter, NgramDrafter
 from specscope.executor.loop import decode_autoregressive
-from specscope.executor.planners import make_planner
-from specscope.executor.serve_bench import ServeBenchRequest, run_serve_bench, workload_groups
-from specscope.executor.serving import Server, ServeRun
 from specscope.executor.targets import Model, wrap
 from specscope.models.torch import Transformer
 from specscope.models.zoo import load_zoo_model, weights_path
+from specscope.serving.bench import ServeBenchRequest, run_serve_bench, workload_groups
+from specscope.serving.planners import make_planner
+from specscope.serving.server import Server, ServeRun
 from specscope.simulator.entities import Group, Request
 from specscope.simulator.scheduler import Limits
 from specscope.trace import AcceptanceModel

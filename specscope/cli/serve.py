@@ -76,7 +76,7 @@ def serve_bench(
     """Real serving under load: arrivals replayed in wall-clock time through the
     continuous-batching speculative executor, measured as simulate measures."""
     from specscope.executor.runtime import Runtime
-    from specscope.executor.serve_bench import ServeBenchRequest, run_serve_bench
+    from specscope.serving.bench import ServeBenchRequest, run_serve_bench
     from specscope.trace import read_trace
 
     request = ServeBenchRequest(

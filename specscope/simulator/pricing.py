@@ -20,7 +20,7 @@ tensor parallelism, weight bits):
   fitted by `profile-hw` on batched steps; 0 in a profile without them);
 - bookkeeping: the loop's `step` (`Pricing.bookkeeping_s`: the acceptance walk, the commit and
   the drafter's update of one sequence) once per speculating request, as a batched loop runs
-  them row by row (`executor/serving.py` does).
+  them row by row (`serving/server.py` does).
 
 The host terms (per level, per verification, per step) are `Pricing`'s own (`host_terms`).
 

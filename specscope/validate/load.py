@@ -42,7 +42,6 @@ from specscope.executor.collect import collect_tokens
 from specscope.executor.drafters import make_drafter
 from specscope.executor.methods import MAX_DEPTH
 from specscope.executor.runtime import Runtime
-from specscope.executor.serve_bench import ServeBenchRequest, run_serve_bench
 from specscope.executor.session import Session, draft_model_for, load_session
 from specscope.executor.threads import use_threads
 from specscope.hw_profiles import load_profile
@@ -51,6 +50,7 @@ from specscope.models import get_model
 from specscope.models.zoo import zoo_specs
 from specscope.models.zoo.prompts import load_prompts
 from specscope.names import DRAFT_MODEL_DRAFTERS, SERVED_POLICIES
+from specscope.serving.bench import ServeBenchRequest, run_serve_bench
 from specscope.simulator.acceptance import Acceptance
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.trace import AcceptanceModel, Trace

@@ -29,7 +29,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 import torch
@@ -37,8 +37,9 @@ import torch
 from specscope.draft import DraftedTree
 from specscope.executor.batched import BatchedModel
 from specscope.executor.drafters import Drafter
-from specscope.executor.planners import Planner
 from specscope.executor.verify import greedy
+from specscope.serving.planners import Planner
+from specscope.serving.served import Served
 from specscope.simulator.entities import Group, KVCost, KVSpace, Request
 from specscope.simulator.events import (
     ADMIT,
@@ -51,25 +52,6 @@ from specscope.simulator.events import (
 )
 from specscope.simulator.scheduler import Limits, Scheduler
 from specscope.tree import Tree
-
-
-@dataclass(eq=False)
-class Served:
-    """One admitted sequence: its simulator `Request`, row, prompt, drafter and output, and the
-    time of each generated token (s from the run's start)."""
-
-    request: Request
-    row: int
-    prompt: list[int]
-    drafter: Drafter
-    output: list[int] = field(default_factory=list)
-    token_times: list[float] = field(default_factory=list)
-    prompt_logits: list[torch.Tensor] = field(default_factory=list)
-
-    @property
-    def context(self) -> list[int]:
-        """Committed tokens: the prompt and the output so far."""
-        return self.prompt + self.output
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,11 @@ from specscope.executor.batched_transformer import batch_target
 from specscope.executor.drafters import Drafter, make_drafter
 from specscope.executor.loop import decode_autoregressive
 from specscope.executor.methods import MAX_DEPTH, load_tree
-from specscope.executor.planners import make_planner
 from specscope.executor.runtime import Runtime
-from specscope.executor.serving import Server, ServeRun
 from specscope.executor.session import Session, draft_model_for, load_session
 from specscope.executor.threads import use_threads
+from specscope.serving.planners import make_planner
+from specscope.serving.server import Server, ServeRun
 from specscope.simulator.entities import Group
 from specscope.simulator.metrics import request_table, summarise, time_series
 from specscope.simulator.scheduler import Limits

@@ -36,7 +36,7 @@ from specscope.trace import AcceptanceModel, Trace
 from specscope.tree import Tree
 
 if TYPE_CHECKING:
-    from specscope.executor.serving import Served
+    from specscope.serving.served import Served
 
 WINDOW = 256
 """Steps `OnlinePricer` fits on (the most recent)."""
