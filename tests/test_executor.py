@@ -51,8 +51,11 @@ BASE_DRAFTERS = ("draft", "ngram", "suffix", "recycle", "goose")
 over the synthetic Transformer's full one is the target side (SSM verification, a trained
 model's deep paths), so the later drafters (stand, rasd, layerskip: their own test files check
 them on the zoo) run there with one static and one dynamic method only."""
-SSM_DRAFTERS = BASE_DRAFTERS
-"""Drafters of SSM targets (self-speculation skips layers of a Transformer)."""
+SSM_DRAFTERS = ("draft", "ngram", "goose")
+"""Drafters of the trained-SSM matrix: what it adds is the target side (STree and naive
+verification of every method's tree shapes), which a draft model, a sequence drafter and Goose's
+mixed trees cover; suffix and recycling draft the same shapes as n-gram (the synthetic Mamba-2
+and the zoo Transformer matrices run them). Self-speculation skips layers of a Transformer."""
 SSM_PROMPTS = 16
 """Prompts of the trained-SSM matrix: each of its 25 cases decodes them twice (STree and naive),
 in float64 (10 s a case at 32 prompts: half of `make test`'s budget for one matrix)."""
