@@ -32,10 +32,3 @@ def cli(run: Run) -> Cli:
     """Run `specscope ARGS...` in-process."""
     return lambda *args: run(main, *args)
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with slow tests first (each module's tests kept together, so its fixtures are
-    set up once), so that xdist's workers do not end on one long test while the other idles
-    (`make test` runs `-n 2`)."""
-    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)

@@ -59,9 +59,9 @@ def malformed(option: TyperOption, annotation: object) -> list[str]:
     if Path in kinds:
         return ["{tmp}/missing/x.json"]
     if float in kinds:
-        return ["abc", "nan", "-inf"]
+        return ["nan", "-inf"]
     if int in kinds:
-        return ["abc", "-1", "1.5"]
+        return ["abc", "-1"]
     if any(isinstance(m, Choices) for m in marks):
         return ["bogus-choice", ""]
     return ["", "@@ not,a,name"]
