@@ -32,3 +32,8 @@ def cli(run: Run) -> Cli:
     """Run `specscope ARGS...` in-process."""
     return lambda *args: run(main, *args)
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `long` first, so that `make test`'s two xdist workers start them at once
+    instead of one worker ending on a two-minute test while the other idles."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -147,6 +147,7 @@ def runbook(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_cpu_mode_runs_every_stage_with_only_the_image_and_the_carried_packages(runbook):
     proc, out = runbook.proc, runbook.out
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

@@ -115,6 +115,7 @@ def test_the_tour_has_its_commands_and_every_one_runs_in_one_chain() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("chain", CHAINS, ids=[f"command{chain[0][0]}" for chain in CHAINS])
 def test_every_tour_line_runs_in_a_fresh_folder(chain: list[tuple[int, str]], tmp_path: Path
                                                 ) -> None:

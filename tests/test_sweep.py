@@ -340,6 +340,7 @@ def test_the_cli_prints_a_summary_and_json(capsys: pytest.CaptureFixture[str],
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_ray_gives_the_local_table_for_the_example_and_simulated_cells(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     simulated = _write(tmp_path, """
