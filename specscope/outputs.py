@@ -46,7 +46,7 @@ def check_folder_files(folder: Path, names: Iterable[str], option: str, force: b
 
 def _check_writable(path: Path, where: str) -> None:
     """The nearest existing ancestor of `path` must be a folder this process can write in."""
-    parent = path.parent if not path.exists() else path if path.is_dir() else path.parent
+    parent = path if path.is_dir() else path.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():

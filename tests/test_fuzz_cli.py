@@ -4,7 +4,6 @@ happens to be valid, runs), within seconds, and writes nothing."""
 
 from __future__ import annotations
 
-import inspect
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from conftest import Cli
 from typer.core import TyperOption
 
 from specscope.cli import COMMANDS
-from specscope.cli.checks import Choices, Output
+from specscope.cli.checks import Choices, Output, declared
 from specscope.hw_profiles.profile import PROFILE_DIR_ENV
 
 PAPERS = Path(__file__).parent.parent / "examples" / "papers"
@@ -50,9 +49,8 @@ GROUPS = {"synth": ("trace", "synth"), "train": ("zoo", "train")}
 SKIP = {"--json", "--help", "--force", "--quick"}
 
 
-def malformed(option: TyperOption, annotation: object) -> list[str]:
-    """A few values of the option's kind that no command may take."""
-    kind, *marks = get_args(annotation)
+def malformed(kind: object, *marks: object) -> list[str]:
+    """A few values of an option's kind (with its marks) that no command may take."""
     kinds = {k for k in (*get_args(kind), kind) if k is not type(None)}
     if any(isinstance(m, Output) for m in marks):
         return ["{tmp}/a-file/x"]  # a parent that is a file
@@ -69,18 +67,18 @@ def malformed(option: TyperOption, annotation: object) -> list[str]:
 
 def cases() -> Iterator[tuple[str, tuple[str, ...]]]:
     """(command, arguments) for every option of every command and each malformed value."""
-    for group, name, function, _ in COMMANDS:
+    for group, name, _, _ in COMMANDS:
         command = typer.main.get_command(group)
         command = command.commands[name] if isinstance(command, typer.core.TyperGroup) \
             else command
-        declared = inspect.signature(function, eval_str=True).parameters
+        marks_of = declared(command)
         for param in command.params:
             if not isinstance(param, TyperOption) or param.is_flag:
                 continue
             option = max(param.opts, key=len)
             if option in SKIP:
                 continue
-            for value in malformed(param, declared[param.name].annotation):
+            for value in malformed(*marks_of[param.name]):
                 yield name, (option, value)
 
 
@@ -93,8 +91,10 @@ def _alarm(_: int, __: FrameType | None) -> None:
     raise Slow
 
 
-@pytest.mark.parametrize("name, extra", list(cases()),
-                         ids=[f"{n}{' '.join(a)}" for n, a in cases()])
+CASES = list(cases())
+
+
+@pytest.mark.parametrize("name, extra", CASES, ids=[f"{n}{' '.join(a)}" for n, a in CASES])
 def test_malformed_values_are_one_line_never_a_traceback(
         cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
         extra: tuple[str, ...]) -> None:

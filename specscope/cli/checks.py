@@ -111,18 +111,29 @@ class Needs:
                              f"{flag} {','.join(sorted(chosen)) or 'is unset'} runs without it")
 
 
+def declared(command: TyperCommand) -> dict[str, tuple[Any, ...]]:
+    """Each parameter of `command`'s function: (its type, its `Annotated` marks after the
+    typer option: `Choices`, `Range`, `Needs`, `Output`)."""
+    signature = inspect.signature(inspect.unwrap(command.callback), eval_str=True)
+    out = {}
+    for name, parameter in signature.parameters.items():
+        kind, *marks = get_args(parameter.annotation) or (parameter.annotation,)
+        out[name] = (kind, *marks[1:])
+    return out
+
+
 def check_options(command: TyperCommand, ctx: Context) -> None:
     """Refuse, before any work, an empty value, a value outside its `Choices`, a non-finite
     number, a number outside its `Range`, an option given without the option it `Needs`, and
     an output path that `check_output` refuses."""
     params = ctx.params
-    declared = inspect.signature(inspect.unwrap(command.callback), eval_str=True).parameters
+    marks_of = declared(command)
     for param in command.params:
         value = params.get(param.name)
         if value is None or not isinstance(param, TyperOption):
             continue
         option = max(param.opts, key=len)
-        marks = get_args(declared[param.name].annotation)[1:]
+        marks = marks_of[param.name][1:]
         given = ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE
         if given and isinstance(value, str) and not value.strip():
             raise InputError(f"{option}: empty value")

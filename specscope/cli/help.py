@@ -5,14 +5,13 @@
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
-from specscope.cli.checks import Choices, check_options
+from specscope.cli.checks import Choices, check_options, declared
 
 if TYPE_CHECKING:
     from typer._click import HelpFormatter
@@ -39,13 +38,13 @@ def name_metavars(command: TyperCommand) -> None:
     """Name the value of each option of `command` that has no metavar yet: the values it declares
     with `Choices` (their module imported now), else `METAVARS`, else its type (`BY_TYPE`).
     Arguments are named in capitals (`CONFIG`), flags stay bare."""
-    declared = inspect.signature(inspect.unwrap(command.callback), eval_str=True).parameters
+    marks_of = declared(command)
     for param in command.params:
         if isinstance(param, TyperArgument):
             param.metavar = param.metavar or param.name.upper()
         if not isinstance(param, TyperOption) or param.is_flag or param.metavar is not None:
             continue
-        kind, *marks = get_args(declared[param.name].annotation)  # Annotated[kind, Option, ...]
+        kind, *marks = marks_of[param.name]
         choices = [m for m in marks if isinstance(m, Choices)]
         if choices:
             param.metavar = choices[0].metavar()
