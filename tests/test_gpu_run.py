@@ -84,6 +84,11 @@ def blocked_modules(carried: set[str]) -> list[str]:
     image = {norm(line) for line in (ROOT / "benchmarks" / "gpu_image.txt").read_text()
              .splitlines() if line.strip() and not line.startswith("#")}
     installed = {norm(d.metadata["Name"]): d for d in importlib.metadata.distributions()}
+    vendored: dict[str, list[str]] = {}  # a package -> the distributions in its _vendor folder
+    for other, d in installed.items():
+        folder = Path(str(d.locate_file("")))
+        if folder.name == "_vendor":
+            vendored.setdefault(norm(folder.parent.name), []).append(other)
     allowed, todo = set(carried), [name for name in installed if name in image]
     while todo:
         name = todo.pop()
@@ -92,8 +97,7 @@ def blocked_modules(carried: set[str]) -> list[str]:
         allowed.add(name)
         todo += [norm(re.match(r"[A-Za-z0-9._-]+", req).group(0))
                  for req in installed[name].requires or [] if "extra ==" not in req]
-        todo += [other for other, d in installed.items()
-                 if Path(str(d.locate_file(""))).match(f"*/{name}/_vendor")]
+        todo += vendored.get(name, [])
     return sorted(module for module, dists in importlib.metadata.packages_distributions().items()
                   if module != "specscope" and not any(norm(d) in allowed for d in dists))
 
