@@ -45,3 +45,7 @@ PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64, "docstring": 64, "sql": 
 each holds."""
 SERVED_POLICIES = ("none", "static", "dyspec", "specdecpp", "smartspec")
 """Speculation policies `serve-bench` runs for real (the simulator's names; `serving/planners`)."""
+LOAD_POLICIES = ("none", "static", "dyspec", "smartspec")
+"""Policies `validate --load` compares (specdecpp's predictor needs a trace of its own)."""
+LOAD_DRAFTERS = ("ngram", "draft")
+"""Drafters `validate --load` runs: a sequence drafter on the host, a draft model."""

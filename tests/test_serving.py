@@ -26,12 +26,19 @@ from specscope.executor.batched_transformer import batch_target
 from specscope.executor.drafters import DraftModelDrafter, NgramDrafter
 from specscope.executor.loop import decode_autoregressive
 from specscope.executor.targets import Model, wrap
+from specscope.hw_profiles import CostModel, load_profile
+from specscope.models import get_model
 from specscope.models.torch import Transformer
 from specscope.models.zoo import load_zoo_model, weights_path
-from specscope.serving.bench import ServeBenchRequest, run_serve_bench, workload_groups
+from specscope.serving.bench import (
+    ServeBenchRequest,
+    run_serve_bench,
+    workload_groups,
+)
 from specscope.serving.planners import make_planner
 from specscope.serving.server import Server, ServeRun
 from specscope.simulator.entities import Group, Request
+from specscope.simulator.pricing import BatchPricer
 from specscope.simulator.scheduler import Limits
 from specscope.trace import AcceptanceModel
 from specscope.trace.synth import synth_trace
@@ -72,8 +79,11 @@ def serve(model: Model, prompts: list[list[int]], policy: str, drafter: str = "n
           tree: Tree | None = None, batched: bool = False) -> ServeRun:
     """Serve the prompts on a virtual clock with per-row `drafter`s under `policy`, on a
     `PerRowModel` of `model` or (`batched`) its one-forward `batch_target`."""
-    planner, max_tree = make_planner(policy, "ngram" if drafter == "ngram" else "draft",
-                                     budget, 4, tree, acceptance=ACCEPTANCE)
+    source = "ngram" if drafter == "ngram" else "draft"
+    # h100's prices: there, speculation pays for SmartSpec at these acceptances
+    pricer = BatchPricer(CostModel(load_profile("h100"), get_model("tiny-code")), None, source)
+    planner, max_tree = make_planner(policy, source, budget, 4, tree, acceptance=ACCEPTANCE,
+                                     pricer=pricer)
     drafters = ([NgramDrafter() for _ in range(max_batch)] if drafter == "ngram"
                 else [DraftModelDrafter(draft()) for _ in range(max_batch)])
     ticks = itertools.count()
@@ -179,6 +189,8 @@ def test_trace_without_the_policy_source_is_refused() -> None:
     trace = synth_trace(4, 0, sources=("recycle",), length=16)
     with pytest.raises(InputError, match="ngram"):
         make_planner("smartspec", "ngram", 8, 4, trace=trace)
+    with pytest.raises(InputError, match="--hw"):
+        make_planner("smartspec", "ngram", 8, 4, acceptance=ACCEPTANCE)
     with pytest.raises(InputError, match="trace"):
         make_planner("specdecpp", "ngram", 8, 4)
     with pytest.raises(InputError, match="not run for real"):

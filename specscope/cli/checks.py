@@ -95,7 +95,8 @@ class Output:
 class Needs:
     """Marks an option that only means something when the command's option `option` (the
     first of these names it has) takes one of `values` (`--draft-model` with a drafter that
-    runs one): given otherwise, it is refused rather than silently ignored."""
+    runs one), or, with no `values`, when that flag is set (`--policies` with `--load`): given
+    otherwise, it is refused rather than silently ignored."""
 
     option: tuple[str, ...]
     values: tuple[str, ...]
@@ -104,9 +105,13 @@ class Needs:
         """One `InputError` line when the option `given` was given without its partner."""
         name = next(n for n in self.option if n in params)
         chosen = params[name]
+        flag = f"--{name.replace('_', '-')}"
+        if not self.values:
+            if not chosen:
+                raise InputError(f"{given} is used with {flag} only")
+            return
         chosen = set() if chosen is None else {v.strip() for v in str(chosen).split(",")}
         if not chosen & set(self.values):
-            flag = f"--{name.replace('_', '-')}"
             raise InputError(f"{given} is used with {flag} {' or '.join(self.values)} only; "
                              f"{flag} {','.join(sorted(chosen)) or 'is unset'} runs without it")
 

@@ -4,7 +4,7 @@ synthetic traces."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,6 +26,9 @@ from specscope.cli.common import (
 )
 from specscope.errors import InputError
 from specscope.names import DEFAULT_DRAFT_MODEL, DRAFT_MODEL_DRAFTERS, LAYERSKIP
+
+if TYPE_CHECKING:
+    from specscope.validate.load import LoadRequest
 
 Model = Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")]
 Prompts = Annotated[str, typer.Option(help=f"Prompts: {PROMPT_SOURCES}.")]
@@ -52,6 +55,9 @@ def profile_hw(
     quick: Annotated[bool, typer.Option(help="A small grid (on 2 cores: eager about 30 s, "
                                               "eager and compile 1-2 min).")] = False,
     threads: CpuThreads = None,
+    models: Annotated[str | None, typer.Option(help="Catalogue models to measure, "
+                                                    "comma-separated (default: the device's "
+                                                    "grid: three sizes).", metavar="LIST")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Profile TOML to write "
                                                 "(default: the user profile directory)."),
                       Output()] = None,
@@ -60,18 +66,26 @@ def profile_hw(
 ) -> None:
     """Measure this machine and write a calibrated profile. Each runtime's cost terms are fitted
     to measured step times."""
+    from specscope.models import get_model
     from specscope.profiling.calibrate import profile_hw as run_profile_hw
 
     runtimes = [r.strip() for item in runtime or [] for r in item.split(",") if r.strip()]
+    chosen = [m.strip() for m in (models or "").split(",") if m.strip()]
+    for model in chosen:
+        try:
+            get_model(model)
+        except InputError as exc:
+            raise InputError(f"--models: {exc}") from None
     command = (f"specscope profile-hw --name {name} --device {device}"
                + (f" --threads {threads}" if threads is not None else "")
-               + "".join(f" --runtime {r}" for r in runtimes) + (" --quick" if quick else ""))
+               + "".join(f" --runtime {r}" for r in runtimes) + (" --quick" if quick else "")
+               + (f" --models {','.join(chosen)}" if chosen else ""))
     with _progress("profiling") as bar:
         task = bar.add_task("profiling", total=None)
         result = run_profile_hw(
             name, device, runtimes, quick, threads, output,
             progress=lambda done, total, _: bar.update(task, completed=done, total=total),
-            command=command, force=force)
+            command=command, force=force, models=chosen)
     for fit in result.fits.values():
         console.print(f"{fit.runtime}: held-out error median {fit.heldout_median_rel_err:.1%}, "
                       f"max {fit.heldout_max_rel_err:.1%} ({fit.held_out} points; "
@@ -175,6 +189,14 @@ def validate(
     load: Annotated[bool, typer.Option("--load", help="Serving under load instead: each "
                                            "policy × a ladder of arrival rates simulated and "
                                            "run for real (continuous batching).")] = False,
+    drafter: Annotated[str, typer.Option(help="--load: who drafts (draft: a draft model)."),
+                       Choices("specscope.names:LOAD_DRAFTERS"), Needs(("load",), ())] = "ngram",
+    draft_model: DraftModel = None,
+    policies: Annotated[str | None, typer.Option(help="--load: the policies compared (default "
+                                                      "none,static,smartspec, and dyspec with "
+                                                      "--drafter draft).", metavar="LIST"),
+                        Choices("specscope.names:LOAD_POLICIES", many=True),
+                        Needs(("load",), ())] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", metavar="DIR",
                                                 help="Folder for the per-configuration table "
@@ -187,8 +209,14 @@ def validate(
     from specscope.outputs import check_folder_files
 
     if load:
-        _validate_load(hw, model, device, runtime, prompts, quick, seed, threads, as_json,
-                       output, force)
+        from specscope.validate.load import LoadRequest, default_policies
+
+        chosen = (default_policies(drafter) if policies is None
+                  else tuple(p.strip() for p in policies.split(",")))
+        _validate_load(LoadRequest(hw=hw, model=model, device=device, runtime=runtime,
+                                   quick=quick, prompts=prompts, drafter=drafter,
+                                   draft_model=draft_model, policies=chosen, seed=seed,
+                                   threads=threads), as_json, output, force)
         return
     from specscope.validate.compare import ValidateRequest, run_validate
     from specscope.validate.report import (
@@ -227,12 +255,11 @@ def validate(
                as_json)
 
 
-def _validate_load(hw: str, model: str, device: str, runtime: str | None, prompts: str,
-                   quick: bool, seed: int, threads: int | None, as_json: bool,
-                   output: Path | None, force: bool) -> None:
+def _validate_load(request: LoadRequest, as_json: bool, output: Path | None,
+                   force: bool) -> None:
     """`validate --load`: the run, then its tables (or JSON) and its parquet."""
     from specscope.outputs import check_folder_files
-    from specscope.validate.load import LoadRequest, run_load_validate
+    from specscope.validate.load import run_load_validate
     from specscope.validate.load_report import (
         LOAD_PARQUET,
         cell_table,
@@ -243,8 +270,6 @@ def _validate_load(hw: str, model: str, device: str, runtime: str | None, prompt
 
     if output is not None:
         check_folder_files(output, [LOAD_PARQUET], "-o", force)
-    request = LoadRequest(hw=hw, model=model, device=device, runtime=runtime, quick=quick,
-                          prompts=prompts, seed=seed, threads=threads)
     with _progress("validating under load") as bar:
         task = bar.add_task("validating under load", total=None)
         doc = run_load_validate(

@@ -65,6 +65,8 @@ def serve_bench(
     output_len: Annotated[str, typer.Option(help="Output tokens (EOS ignored): N, uniform:A:B "
                                                  "or lognormal:MEDIAN:SIGMA.")] = "32",
     slo_tpot_ms: SloTpot = None,
+    hw: Annotated[str | None, typer.Option(help="Hardware profile (shipped name or TOML file) "
+                                                "SmartSpec prices its steps on.")] = None,
     threads: CpuThreads = None,
     device: Device = "auto",
     dtype: Dtype = "float32",
@@ -87,7 +89,7 @@ def serve_bench(
         trace=None if trace is None else read_trace(trace), arrivals=arrivals, cv=cv,
         arrival_file=arrival_file, output_len=output_len, max_batch=max_batch,
         token_budget=token_budget, chunked_prefill=chunked_prefill, slo_tpot_ms=slo_tpot_ms,
-        seed=seed, threads=threads, runtime=Runtime.resolve(device, dtype, runtime))
+        hw=hw, seed=seed, threads=threads, runtime=Runtime.resolve(device, dtype, runtime))
     _check_metrics_output(output, force)
     with _progress("serving"):
         result = run_serve_bench(request)

@@ -30,6 +30,11 @@ class BatchedModel(Protocol):
     """How many sequences it holds at most."""
     runtime: Runtime
 
+    def prepare(self, max_tree: int) -> None:
+        """Compile or capture every step shape up to `rows` rows of `max_tree` nodes now (every
+        row free), so that decoding times exclude it; nothing under eager."""
+        ...
+
     def admit(self, row: int, capacity: int) -> None:
         """Start a sequence in the free `row`; `capacity` bounds the tokens it will hold
         (prompt, output and one tree)."""
@@ -82,6 +87,10 @@ class PerRowModel:
     def replicate(cls, model: Model, rows: int) -> PerRowModel:
         """`rows` rows of `model`'s target (`model` itself is row 0)."""
         return cls([model, *(own_cache(model) for _ in range(rows - 1))])
+
+    def prepare(self, max_tree: int) -> None:
+        for model in self.models:
+            model.prepare(max_tree)
 
     def admit(self, row: int, capacity: int) -> None:
         self._capacity[row] = capacity

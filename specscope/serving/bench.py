@@ -30,11 +30,16 @@ from specscope.executor.loop import decode_autoregressive
 from specscope.executor.methods import MAX_DEPTH, load_tree
 from specscope.executor.runtime import Runtime
 from specscope.executor.session import Session, draft_model_for, load_session
+from specscope.executor.targets import Model
 from specscope.executor.threads import use_threads
+from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.profile import check_device_kind
+from specscope.models import get_model
 from specscope.serving.planners import make_planner
 from specscope.serving.server import Server, ServeRun
 from specscope.simulator.entities import Group
 from specscope.simulator.metrics import request_table, summarise, time_series
+from specscope.simulator.pricing import BatchPricer
 from specscope.simulator.scheduler import Limits
 from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
 from specscope.trace import AcceptanceModel, Trace
@@ -65,6 +70,7 @@ class ServeBenchRequest:
     token_budget: int = 512
     chunked_prefill: int | None = None
     slo_tpot_ms: float | None = None
+    hw: str | None = None
     seed: int = 0
     threads: int | None = None
     runtime: Runtime = field(default_factory=Runtime.cpu)
@@ -117,16 +123,21 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
         tree = load_tree(tree, source.split(":")[0], session.target.name)
     acceptance = (None if req.acceptance is None
                   else AcceptanceModel.from_vector(list(req.acceptance), source))
+    pricer = None if req.hw is None else step_pricer(req.hw, session.target.name,
+                                                     session.draft, source, req.runtime)
     planner, max_tree = make_planner(req.policy, source, req.budget, req.max_depth, tree,
-                                     acceptance, req.trace, req.seed, req.options)
+                                     acceptance, req.trace, req.seed, req.options, pricer)
     limits = Limits(req.max_batch, req.token_budget, req.chunked_prefill, max_tree)
     limits.check()
     groups = workload_groups(req, prompts)
     threads = use_threads(req.threads, session.target, session.draft)
     for m in drafters[0].models:  # first calls are slow: once before the clock starts
         decode_autoregressive(m, prompts[0][:8], 2)
+    for m in (m for d in drafters for m in d.models):  # each row's draft model, captured now
+        m.prepare(max_tree)
     capacity = max(g.prompt_len + g.output_tokens for g in groups) + max_tree
     model = batch_target(session.target, req.max_batch, capacity)
+    model.prepare(max_tree)
     _warm_up(model, prompts[0])
     server = Server(model, drafters.__getitem__, planner, limits)
     run = server.run(groups, [prompts[g.id % len(prompts)] for g in groups])
@@ -146,6 +157,18 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
         "sampled_steps": 0, "decode_steps": run.steps,
     }
     return ServeBenchResult(summary, requests, run.events, series, run)
+
+
+def step_pricer(hw: str, target: str, draft: Model | None, source: str, runtime: Runtime
+                ) -> BatchPricer:
+    """The simulator's step prices of `target` (a catalogue name) drafting from `source` (with
+    the `draft` model, if any) under `runtime` on profile `hw`: what SmartSpec chooses by."""
+    profile = load_profile(hw)
+    check_device_kind(profile, runtime.device.type)
+    drafter = None if draft is None else CostModel(profile, get_model(draft.name),
+                                                   runtime=runtime.kind)
+    return BatchPricer(CostModel(profile, get_model(target), runtime=runtime.kind), drafter,
+                       source)
 
 
 def _drafter(req: ServeBenchRequest, session: Session, row: int) -> Drafter:

@@ -4,9 +4,9 @@
   `Speculation` per request from a `StepView` of the live batch (context, generated and
   remaining tokens of each request), and the request's drafter fills the planned shape
   (`methods.draft_static`: a candidate missing from the drafter leaves its node out). SmartSpec
-  observes each request's accepted drafts as in the simulator. Its `StepPricer` is
-  `OnlinePricer`, a least-squares fit of the steps measured so far (SmartSpec fits batch time
-  online); the simulator prices with its cost model instead.
+  observes each request's accepted drafts as in the simulator, and prices candidate steps with
+  the simulator's own `BatchPricer` on the machine's hardware profile (SmartSpec models batch
+  time from offline profiling), so that both sides choose by the same prices.
 - `dyspec`, `specdecpp`: the executor's live methods (`methods.dyspec_method`,
   `methods.specdecpp_method`) on each request's drafter, the rules the simulator's policies
   replay from a trace. Approximation: the simulator caps their trees at the request's remaining
@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
 from specscope.draft import DraftedTree
 from specscope.errors import InputError
 from specscope.executor.methods import Method, draft_static, dyspec_method, specdecpp_method
@@ -31,15 +29,19 @@ from specscope.names import SERVED_POLICIES
 from specscope.optimizers.specdecpp import AUTHORS_THRESHOLD
 from specscope.optimizers.specdecpp_predictor import AcceptancePredictor
 from specscope.simulator.policies import POLICIES
-from specscope.simulator.policies.base import Policy, PolicySetup, Slot, Speculation, StepView
+from specscope.simulator.policies.base import (
+    Policy,
+    PolicySetup,
+    Slot,
+    Speculation,
+    StepPricer,
+    StepView,
+)
 from specscope.trace import AcceptanceModel, Trace
 from specscope.tree import Tree
 
 if TYPE_CHECKING:
     from specscope.serving.served import Served
-
-WINDOW = 256
-"""Steps `OnlinePricer` fits on (the most recent)."""
 
 
 class Planner(Protocol):
@@ -55,68 +57,35 @@ class Planner(Protocol):
         ...
 
     def stepped(self, seconds: float) -> None:
-        """The step just planned took `seconds` (drafting, verification, prompt chunks)."""
+        """The step just planned took `seconds` (drafting, verification, prompt chunks): what a
+        planner that learns from step times, or a measuring one, reads."""
         ...
-
-
-class OnlinePricer:
-    """Step seconds ≈ w · (1, requests, tree tokens, draft levels), fitted by least squares on
-    the last `WINDOW` measured steps, pulled weakly toward a prior in which only the per-step
-    and per-request parts cost (so that speculation is tried before the fit knows its price)."""
-
-    PRIOR = np.array([1e-3, 1e-3, 0.0, 0.0])
-
-    def __init__(self) -> None:
-        self.rows: list[np.ndarray] = []
-        self.seconds: list[float] = []
-        self.w = self.PRIOR
-
-    @staticmethod
-    def features(speculations: Sequence[Speculation]) -> np.ndarray:
-        return np.array([1.0, len(speculations), sum(s.tree.size for s in speculations),
-                         sum(s.draft_levels for s in speculations)])
-
-    def add(self, speculations: Sequence[Speculation], seconds: float) -> None:
-        """One measured step; refits."""
-        self.rows = [*self.rows[-WINDOW + 1:], self.features(speculations)]
-        self.seconds = [*self.seconds[-WINDOW + 1:], seconds]
-        x, y = np.array(self.rows), np.array(self.seconds)
-        gram = x.T @ x
-        ridge = 1e-3 * np.trace(gram) / gram.shape[0] + 1e-12
-        self.w = np.linalg.solve(gram + ridge * np.eye(4), x.T @ y + ridge * self.PRIOR)
-
-    def step_s(self, contexts: Sequence[int], speculations: Sequence[Speculation]) -> float:
-        """Predicted seconds of a step of these speculations (contexts are not used)."""
-        return max(float(self.features(speculations) @ self.w), 1e-6)
 
 
 class PolicyPlanner:
     """A simulator `Policy` planning shapes that each request's drafter fills."""
 
-    def __init__(self, policy: Policy, acceptance: AcceptanceModel, source: str) -> None:
+    def __init__(self, policy: Policy, acceptance: AcceptanceModel, source: str,
+                 pricer: StepPricer | None) -> None:
         self.policy, self.acceptance, self.source = policy, acceptance, source
-        self.pricer = OnlinePricer()
+        self.pricer = pricer
         self._slots: tuple[Slot, ...] = ()
         self._specs: list[Speculation] = []
-        self._drafted: list[Speculation] = []
 
     def trees(self, running: Sequence[Served], step: int) -> list[DraftedTree]:
         self._slots = tuple(Slot(s.request.id, None, s.request.context_len, s.request.generated,
                                  s.request.remaining) for s in running)
         view = StepView(self._slots, self.pricer, self.acceptance, self.source, step)
         self._specs = self.policy.plan(view)
-        out = [draft_static(s.drafter, s.context[-1], spec.tree)
-               for s, spec in zip(running, self._specs, strict=True)]
-        self._drafted = [Speculation(d.tree, d.forwards) for d in out]
-        return out
+        return [draft_static(s.drafter, s.context[-1], spec.tree)
+                for s, spec in zip(running, self._specs, strict=True)]
 
     def observe(self, index: int, served: Served, drafted: DraftedTree, verdict: Verdict
                 ) -> None:
         self.policy.observe(self._slots[index], self._specs[index], verdict.accepted)
 
     def stepped(self, seconds: float) -> None:
-        if self._drafted:
-            self.pricer.add(self._drafted, seconds)
+        """Prices come from the profile, not from step times."""
 
 
 class MethodPlanner:
@@ -140,10 +109,12 @@ class MethodPlanner:
 def make_planner(policy: str, source: str, budget: int, max_depth: int,
                  tree: Tree | None = None, acceptance: AcceptanceModel | None = None,
                  trace: Trace | None = None, seed: int = 0,
-                 options: Mapping[str, float] | None = None) -> tuple[Planner, int]:
+                 options: Mapping[str, float] | None = None,
+                 pricer: StepPricer | None = None) -> tuple[Planner, int]:
     """The named policy (`SERVED_POLICIES`) for drafter `source`, and the largest tree it may
-    verify per request. `smartspec` needs `acceptance` (or a `trace` holding `source`),
-    `specdecpp` a `trace` holding `source` to fit its predictor on, `static` a `tree`."""
+    verify per request. `smartspec` needs `acceptance` (or a `trace` holding `source`) and a
+    `pricer` (the simulator's `BatchPricer` on the machine's profile), `specdecpp` a `trace`
+    holding `source` to fit its predictor on, `static` a `tree`."""
     if policy not in SERVED_POLICIES:
         known = ", ".join(SERVED_POLICIES)
         raise InputError(f"--policy {policy!r} is not run for real; serve-bench runs {known}")
@@ -164,8 +135,10 @@ def make_planner(policy: str, source: str, budget: int, max_depth: int,
         if policy == "smartspec":
             raise InputError("--policy smartspec needs --trace or --acceptance")
         acceptance = AcceptanceModel.from_vector([0.0], source)
+    if policy == "smartspec" and pricer is None:
+        raise InputError("--policy smartspec prices its steps on a hardware profile: give --hw")
     setup = PolicySetup(acceptance, source, trace, tree, budget, max_depth, seed, options)
     chosen = POLICIES[policy](setup)
     largest = {"none": 1, "static": tree.size if tree is not None else 1}.get(
         policy, max(budget, tree.size if tree is not None else 1))
-    return PolicyPlanner(chosen, acceptance, source), largest
+    return PolicyPlanner(chosen, acceptance, source, pricer), largest

@@ -49,19 +49,24 @@ from specscope.hw_profiles.profile import check_device_kind
 from specscope.models import get_model
 from specscope.models.zoo import zoo_specs
 from specscope.models.zoo.prompts import load_prompts
-from specscope.names import DRAFT_MODEL_DRAFTERS, SERVED_POLICIES
+from specscope.names import DRAFT_MODEL_DRAFTERS, LOAD_POLICIES
+from specscope.profiling.drift import machine_drift
 from specscope.serving.bench import ServeBenchRequest, run_serve_bench
 from specscope.simulator.acceptance import Acceptance
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.trace import AcceptanceModel, Trace
 from specscope.tree import Tree
-from specscope.validate.compare import DEFAULT_PROMPTS, machine_drift, profile_threads
+from specscope.validate.compare import DEFAULT_PROMPTS, profile_threads
 from specscope.validate.load_report import METRICS, cell, summary
 
-LOAD_POLICIES = ("none", "static", "smartspec")
-"""Policies compared: plain decoding, a static chain, SmartSpec's length (add `dyspec` with a
-draft-model drafter: the simulator grows its trees on ranked candidates, which a sequence
-drafter such as n-gram does not have)."""
+
+def default_policies(drafter: str) -> tuple[str, ...]:
+    """Policies compared by default: plain decoding, a static chain, SmartSpec's length, and
+    with a draft-model drafter DySpec (the simulator grows its trees on ranked candidates,
+    which a sequence drafter such as n-gram does not have)."""
+    return ("none", "static", "smartspec", *(("dyspec",) if drafter in DRAFT_MODEL_DRAFTERS
+                                             else ()))
+
 PROBE_RATE = 1e4
 """Requests/s of the saturation probe: every request arrives at once."""
 
@@ -95,7 +100,7 @@ class LoadRequest:
     prompts: str = DEFAULT_PROMPTS
     drafter: str = "ngram"
     draft_model: str | None = None
-    policies: tuple[str, ...] = LOAD_POLICIES
+    policies: tuple[str, ...] = ("none", "static", "smartspec")
     budget: int = 6
     token_budget: int = 512
     seed: int = 0
@@ -116,10 +121,13 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
     if req.model not in zoo_specs():
         raise InputError(f"--model: unknown zoo model {req.model!r}; zoo models: "
                          f"{', '.join(sorted(zoo_specs()))}")
-    unknown = [p for p in req.policies if p not in SERVED_POLICIES or p == "specdecpp"]
-    if unknown or len(req.policies) < 2:
-        raise InputError(f"validate --load compares at least 2 of none, static, dyspec, "
-                         f"smartspec; got {', '.join(req.policies)}")
+    unknown = [p for p in req.policies if p not in LOAD_POLICIES]
+    if unknown or len(set(req.policies)) < 2:
+        raise InputError(f"--policies: validate --load compares at least 2 of "
+                         f"{', '.join(LOAD_POLICIES)}; got {', '.join(req.policies)}")
+    if "dyspec" in req.policies and req.drafter not in DRAFT_MODEL_DRAFTERS:
+        raise InputError(f"--policies dyspec grows trees on a draft model's ranked candidates; "
+                         f"--drafter {req.drafter} proposes one sequence (use --drafter draft)")
     if req.rates is not None and (not req.rates or min(req.rates) <= 0):
         raise InputError(f"rates must be > 0 requests/s, got {list(req.rates)}")
     sizes = req.sizes or (QUICK_LOAD if req.quick else FULL_LOAD)
@@ -152,8 +160,8 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
                 draft_model=draft_name, prompts=str(prompt_file), policy=policy,
                 tree=_tree(policy, req.budget, source), budget=req.budget, max_depth=MAX_DEPTH,
                 trace=trace, output_len=str(sizes.output_len), max_batch=sizes.max_batch,
-                token_budget=req.token_budget, seed=req.seed, threads=chosen.count,
-                runtime=runtime), session)
+                token_budget=req.token_budget, hw=req.hw, seed=req.seed,
+                threads=chosen.count, runtime=runtime), session)
             done += 1
             if progress:
                 progress(done, total)

@@ -74,7 +74,9 @@ class StepView:
     """What a policy sees before a step."""
 
     slots: tuple[Slot, ...]
-    pricer: StepPricer
+    pricer: StepPricer | None
+    """Prices candidate steps (None in a real run without a hardware profile, where no policy
+    that prices steps runs)."""
     acceptance: AcceptanceModel
     """The drafter's acceptance model (positional p, possibly depth-dependent)."""
     source: str
