@@ -27,9 +27,9 @@ from specscope.executor.collect import collect
 from specscope.executor.generate import generate
 from specscope.executor.runtime import Runtime
 from specscope.hw_profiles import load_profile
+from specscope.profiling.drift import machine_drift
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.tree import Tree
-from specscope.validate.compare import machine_drift
 
 PROMPTS, N, MAX_NEW, BUDGET = "builtin:stdlib-code", 6, 64, 6
 PASSES = 5

@@ -27,7 +27,8 @@ from specscope.tree import Tree
 TINY_BATCHED = Grid(models=("tiny-code-draft", "tiny-code"), ns=(1, 2, 4), contexts=(16, 48),
                     static_ns=(1,), static_contexts=(16,), prefill=(8, 24),
                     draft_model="tiny-code-draft", draft_levels=2, repeats=2, batches=(2, 4),
-                    batch_ns=(1, 2, 3, 4), batch_contexts=(16,))
+                    batch_ns=(1, 2, 3, 4), batch_contexts=(16,), wake_gaps=(0.02,),
+                    serve_batches=(1, 2))
 """tests/test_calibrate.py's tiny grid with a few batched steps."""
 SEQ = {"host_seq_us": 40.0, "host_layer_seq_us": 15.0}
 """Per-sequence terms the synthetic batched measurements are generated with."""

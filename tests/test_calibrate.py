@@ -21,7 +21,7 @@ from specscope.profiling.runtime_fit import fit_runtime, predict, split_held_out
 
 TINY = Grid(models=("tiny-code-draft", "tiny-code"), ns=(1, 2, 4), contexts=(16, 48),
             static_ns=(1,), static_contexts=(16,), prefill=(8, 24), draft_model="tiny-code-draft",
-            draft_levels=2, repeats=2)
+            draft_levels=2, repeats=2, wake_gaps=(0.02,), serve_batches=(1, 2))
 """A grid that measures in a few seconds on two cores."""
 
 
@@ -58,6 +58,13 @@ def test_tiny_run_writes_a_profile_that_load_profile_finds_and_cost_model_prices
     assert 0 <= hw.loop.node < 0.01 and 0 <= hw.loop.dyspec_node < 0.01
     # SpecDec++'s stop check (features and the predictor, every drafted token) costs host time
     assert 0 < hw.loop.stop_rule < 0.01
+    # the batching server's own terms, measured in it: non-negative, and eager pads rows
+    assert 0 <= hw.loop.serve_step < 0.01 and 0 <= hw.loop.serve_row < 0.01
+    assert hw.loop.pads_context
+    # the first forward after each idle gap of the grid, and the drift probe of every model
+    assert hw.wake.idle_s == TINY.wake_gaps and all(0 <= e < 1 for e in hw.wake.extra_s)
+    assert set(hw.drift_reference) == {f"{m} eager" for m in TINY.models}
+    assert all(0.2 < r < 5 for r in hw.drift_reference.values())
     # every step and prompt measured is a [[measured]] table of the eager runtime
     contexts = {(m.model, m.context) for m in hw.measured}
     assert contexts == {(m, c) for m in TINY.models for c in (0, *TINY.contexts)}

@@ -260,7 +260,7 @@ def test_profile_hw_warns_when_it_writes_a_poor_fit(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(profile, "HELDOUT_ERR_LIMIT", -1.0)  # any fit is poor
     grid = Grid(models=("tiny-code-draft",), ns=(1, 2, 4), contexts=(16, 48), static_ns=(1,),
                 static_contexts=(16,), prefill=(8, 24), draft_model="tiny-code-draft",
-                draft_levels=2, repeats=2, loop_runs=1)
+                draft_levels=2, repeats=2, loop_runs=1, wake_gaps=(), serve_batches=())
     threads = torch.get_num_threads()
     try:
         with pytest.warns(InputWarning) as caught:

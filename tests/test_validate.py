@@ -129,6 +129,6 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, named, tmp_pat
 def test_machine_drift_is_unknown_without_the_profiles_own_steps() -> None:
     from specscope.executor.runtime import Runtime
     from specscope.hw_profiles import load_profile
-    from specscope.validate.compare import machine_drift
+    from specscope.profiling.drift import machine_drift
 
     assert machine_drift(load_profile("h100"), "tiny-code", Runtime.cpu()) is None

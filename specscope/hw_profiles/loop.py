@@ -15,7 +15,8 @@ LOOP_KEYS = {"step_us": "step", "level_us": "level", "node_us": "node",
              "dyspec_node_us": "dyspec_node", "stop_rule_us": "stop_rule",
              "accepted_us": "accepted", "verify_us": "verify",
              "sampled_verify_us": "sampled_verify", "cold_level_us": "draft_cold",
-             "cold_verify_us": "verify_cold", "baseline_token_us": "baseline_token"}
+             "cold_verify_us": "verify_cold", "baseline_token_us": "baseline_token",
+             "serve_step_us": "serve_step", "serve_row_us": "serve_row"}
 """TOML keys (µs) of a profile's `[speculation]` and an engine's `[loop]`, by field."""
 
 
@@ -29,7 +30,13 @@ class LoopCosts:
     per accepted token (KV compaction); verify / sampled_verify: a verification's tensors and rule
     at temperature 0 / > 0; draft_cold / verify_cold: a forward's slowdown inside the loop (a CPU's
     caches); drafter: a model-free drafter's propose call per level; baseline_token: the plain
-    autoregressive loop's host work per token beyond its forward.
+    autoregressive loop's host work per token beyond its forward; serve_step / serve_row: what
+    specscope's continuous-batching server (`serving/server.py`) pays per step (scheduling,
+    planning, the batch's inputs) and per sequence that does not speculate in it (its verdict,
+    commit and drafter update) beyond its forwards and the terms above
+    (`profiling.serving.measure_serving`); pads_context: the loop's batched pass reads every
+    row's keys up to the longest row's context (specscope's batched target under eager does:
+    one tensor of B × longest), where a paged-attention engine reads each row's own.
     """
 
     step: float = 0.0
@@ -44,13 +51,17 @@ class LoopCosts:
     verify_cold: float = 0.0
     drafter: dict[str, float] = field(default_factory=dict)
     baseline_token: float = 0.0
+    serve_step: float = 0.0
+    serve_row: float = 0.0
+    pads_context: bool = False
 
     def carried(self, factor: float) -> LoopCosts:
         """These terms on a host `factor` times slower; the cold terms, cache effects of the
         host that measured them, stay behind (0)."""
         out = {f.name: getattr(self, f.name) * factor for f in fields(self)
-               if f.name not in ("drafter", "draft_cold", "verify_cold")}
-        return LoopCosts(**out, drafter={k: v * factor for k, v in self.drafter.items()})
+               if f.name not in ("drafter", "draft_cold", "verify_cold", "pads_context")}
+        return LoopCosts(**out, drafter={k: v * factor for k, v in self.drafter.items()},
+                         pads_context=self.pads_context)
 
     def verify_host(self, temperature: float) -> float:
         """Host seconds per verification at `temperature` (the greedy figure where nothing was
@@ -60,5 +71,5 @@ class LoopCosts:
         return self.verify
 
 
-LOOP_TERMS = tuple(f.name for f in fields(LoopCosts))
+LOOP_TERMS = tuple(f.name for f in fields(LoopCosts) if f.name != "pads_context")
 """Every term of a loop, by field name."""

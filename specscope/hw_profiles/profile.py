@@ -25,6 +25,7 @@ from specscope.errors import InputError, warn
 from specscope.files import read_toml
 from specscope.hw_profiles.loop import LOOP_KEYS, LoopCosts
 from specscope.hw_profiles.runtime import RuntimeParams, parse_runtime, replace_values
+from specscope.hw_profiles.wake import Wake, parse_wake
 from specscope.names import HOST_DRAFTERS, RUNTIMES
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -108,6 +109,11 @@ class HardwareProfile:
     measured on (`[host] single_thread`): eager issue time scales as 1 / host_speed."""
     host_source: str = ""
     """Where host_speed comes from, or "assumed: …"."""
+    wake: Wake = field(default_factory=Wake)
+    """The first forward's extra time after an idle gap (`[idle]`, measured by profile-hw)."""
+    drift_reference: dict[str, float] = field(default_factory=dict)
+    """`validate`'s machine-drift probe as profile-hw ran it right after measuring, by
+    "<model> <runtime>" (`[drift]`): what a later probe is divided by."""
 
     def runtime(self, name: str | None = None) -> RuntimeParams:
         """The parameters of runtime `name` (default: the profile's default runtime)."""
@@ -312,9 +318,12 @@ def load_profile(name: str | Path) -> HardwareProfile:
         loop=LoopCosts(
             drafter={key[:-3]: _get(data, "drafters", key, path) * 1e-6 for key in drafters},
             **{name: _optional(data, "speculation", key, path) * 1e-6
-               for key, name in LOOP_KEYS.items()}),
+               for key, name in LOOP_KEYS.items()},
+            pads_context=bool(data.get("speculation", {}).get("pads_context", False) is True)),
         host_link_bandwidth=_optional(data, "interconnect", "host_link_gbs", path) * 1e9,
         **_host(data, path),
+        wake=parse_wake(data, path),
+        drift_reference={str(k): _get(data, "drift", k, path) for k in data.get("drift", {})},
     )
 
 

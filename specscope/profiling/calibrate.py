@@ -17,7 +17,13 @@ under each requested `Runtime`, padded buckets compiled or captured on their war
   (`[drafters]`), a draft-model level beyond its forward (`[speculation] level_us`), a
   verification beyond the target's forward (`verify_us`) and the bookkeeping per step
   (`step_us`), where the executor's loop imports (it needs polars; the GPU image may lack it,
-  and then these are left out and said so).
+  and then these are left out and said so);
+- after the fit, under the default runtime: the first prefill's extra time after idle gaps
+  (`serving.measure_wake`: `[idle]`), and the continuous-batching server's own host work per
+  step and per sequence that does not speculate (`serving.measure_serving`: `serve_step_us`,
+  `serve_row_us`), priced by the terms just fitted (it needs simpy as well);
+- last, on the profile as written, `validate`'s machine-drift probe of each model (`[drift]`:
+  what the probe reads on the machine as measured, which later probes are divided by).
 
 Warm-up per shape, torch's threads from `use_threads` (`--threads` when given) and recorded
 with why, median of repeats. Each runtime's terms (`[runtime.X]`, see `runtime.py`) are then
@@ -31,7 +37,9 @@ held-out error and the machine's provenance.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +47,7 @@ from pathlib import Path
 import torch
 
 from specscope.atomic import write_text_atomic
-from specscope.errors import InputError
+from specscope.errors import InputError, InputWarning
 from specscope.executor.runtime import Runtime
 from specscope.executor.threads import use_threads
 from specscope.hw_profiles.profile import (
@@ -58,6 +66,7 @@ from specscope.models.spec import ModelSpec
 from specscope.names import PROFILE_DEVICES, RUNTIMES
 from specscope.outputs import check_output
 from specscope.profiling.batched import batched_jobs
+from specscope.profiling.drift import drift_key, machine_drift
 from specscope.profiling.measure import (
     Point,
     copy_rate,
@@ -71,6 +80,12 @@ from specscope.profiling.measure import (
 )
 from specscope.profiling.profile_file import PRIORS, Measurements, profile_toml
 from specscope.profiling.runtime_fit import PREFILL_FIELDS, Fit, fit_runtime
+from specscope.profiling.serving import (
+    SERVE_BATCHES,
+    WAKE_GAPS,
+    measure_serving,
+    measure_wake,
+)
 
 Progress = Callable[[int, int, str], None]
 """progress(done, total, what is being measured now)."""
@@ -86,7 +101,9 @@ class Grid:
     prompt lengths; draft_model and draft_levels: the drafter model and the chain depths timed;
     loop_runs: rounds of the decode-loop runs that measure host costs (`measure_loop`);
     batches, batch_ns and batch_contexts: the batched steps (`measure_batched`, every model of
-    the grid, under those of `batch_runtimes` requested; none when `batches` is empty).
+    the grid, under those of `batch_runtimes` requested; none when `batches` is empty);
+    wake_gaps and serve_batches: the idle gaps and the batches of the serving measurements
+    (`serving.measure_wake`, `serving.measure_serving`; none when empty).
     """
 
     models: tuple[str, ...]
@@ -103,6 +120,8 @@ class Grid:
     batch_ns: tuple[int, ...] = ()
     batch_contexts: tuple[int, ...] = ()
     batch_runtimes: tuple[str, ...] = ("eager", "graph")
+    wake_gaps: tuple[float, ...] = WAKE_GAPS
+    serve_batches: tuple[int, ...] = SERVE_BATCHES
 
 
 CPU_MODELS = ("tiny-code-draft", "tiny-code", "llama-68m")
@@ -202,10 +221,13 @@ def base_profile(name: str, m: Measurements, runtimes: Sequence[str]) -> Hardwar
 def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
                quick: bool = False, threads: int | None = None, output: Path | None = None,
                progress: Progress | None = None, grid: Grid | None = None,
-               command: str = "specscope profile-hw", force: bool = False) -> ProfileResult:
+               command: str = "specscope profile-hw", force: bool = False,
+               models: Sequence[str] = ()) -> ProfileResult:
     """Measure this machine, fit each runtime and write the profile (default: the user profile
     directory, `<name>.toml`, which may replace an earlier one or take a shipped profile's name
-    only with `force`); `grid` replaces the device's default grid (tests). torch's threads:
+    only with `force`); `grid` replaces the device's default grid (tests), `models` its
+    catalogue models (the ones a user will price: a model shorter than a grid context is
+    measured at the longest context it holds). torch's threads:
     `threads`, else `use_threads`'s for the grid's largest model (1 on cuda and for the CPU
     grid's models, which the executor runs on 1 too)."""
     start = time.perf_counter()
@@ -219,11 +241,14 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
                              "read yours instead); choose another, or pass --force")
         check_output(path, "--name", force=force)
     grid = grid or GRIDS[(device, quick)]
+    if models:
+        grid = dataclasses.replace(grid, models=tuple(models))
     specs = {model: get_model(model) for model in (*grid.models, grid.draft_model)}
     picked = use_threads(threads, *specs.values(), device=base.device)
     steps = _jobs(grid, chosen, specs)
     phases = ["peak FLOP/s and copy rate", *[what for what, _ in steps],
-              "drafters and bookkeeping", *[f"fitting {r.kind}" for r in chosen]]
+              "drafters and bookkeeping", *[f"fitting {r.kind}" for r in chosen],
+              "the batching server"]
     report = progress or (lambda done, total, what: None)
     total = len(phases)
     report(0, total, phases[0])
@@ -247,9 +272,17 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
             hw = with_runtime(hw, runtime.kind, **{f: fits["eager"].values[f] for f in carried})
         fits[runtime.kind] = fit_runtime(hw, runtime.kind, points, specs)
         hw = with_runtime(hw, runtime.kind, **fits[runtime.kind].values)
+    report(total - 1, total, phases[-1])
+    hw = serving_costs(hw, m, next(r for r in chosen if r.kind == hw.default_runtime), grid)
     report(total, total, "writing")
     wall = time.perf_counter() - start
-    write_text_atomic(path, profile_toml(hw, m, fits, command, wall))
+    text = profile_toml(hw, m, fits, command, wall)
+    write_text_atomic(path, text)
+    default = next(r for r in chosen if r.kind == hw.default_runtime)
+    with warnings.catch_warnings():  # the poor-fit warnings are given once, below
+        warnings.simplefilter("ignore", InputWarning)
+        written = load_profile(path)
+    write_text_atomic(path, text + drift_section(written, grid.models, default))
     for fit in fits.values():
         warn_poor_fit(name, fit.runtime, fit.heldout_median_rel_err, fit.heldout_max_rel_err)
     return ProfileResult(path, fits, m, wall)
@@ -264,8 +297,9 @@ def _jobs(grid: Grid, chosen: Sequence[Runtime], specs: dict[str, ModelSpec]
         ns = grid.ns if eager else grid.static_ns
         for model in grid.models:
             spec = specs[model]
+            room = spec.max_seq_len - max(ns) - 1
             contexts = [c for c in (grid.contexts if eager else grid.static_contexts)
-                        if c + max(ns) + 1 <= spec.max_seq_len]
+                        if c <= room] or ([room] if room > 0 else [])
             if contexts:
                 jobs.append((f"{model} {runtime.kind}",
                              lambda s=spec, r=runtime, c=contexts, n=ns:
@@ -273,13 +307,46 @@ def _jobs(grid: Grid, chosen: Sequence[Runtime], specs: dict[str, ModelSpec]
     if any(r.kind == "eager" for r in chosen) and grid.prefill:
         for model in grid.models:
             spec = specs[model]
-            lengths = [t for t in grid.prefill if t + 1 <= spec.max_seq_len]
+            lengths = [t for t in grid.prefill if t + 1 <= spec.max_seq_len] or [
+                spec.max_seq_len - 1]
             if lengths:
                 jobs.append((f"{model} prefill", lambda s=spec, t=lengths, r=chosen[0]:
                              measure_prefill(s, r, t, grid.repeats)))
     batched = [r for r in chosen if r.kind in grid.batch_runtimes]
     return jobs + batched_jobs([specs[m] for m in grid.models], batched, grid.batch_contexts,
                                grid.batches, grid.batch_ns, grid.repeats)
+
+
+def drift_section(hw: HardwareProfile, models: Sequence[str], runtime: Runtime) -> str:
+    """The `[drift]` section: `machine_drift`'s probe of each model under `runtime`, run on the
+    profile just written, on the machine as it was measured (what later probes divide by)."""
+    lines = []
+    for model in models:
+        ratio = machine_drift(hw, model, runtime)
+        if ratio is not None:
+            lines.append(f"{json.dumps(drift_key(model, runtime))} = {ratio:.4f}")
+    if not lines:
+        return ""
+    return "\n".join(["[drift]    # the machine-drift probe right after measuring", *lines,
+                      ""])
+
+
+def serving_costs(hw: HardwareProfile, m: Measurements, runtime: Runtime, grid: Grid
+                  ) -> HardwareProfile:
+    """`hw` with the first forward's time after an idle gap (`serving.measure_wake`) and the
+    batching server's own terms (`serving.measure_serving`, where the decode loop's were measured
+    and the server imports here), under the default runtime."""
+    if grid.wake_gaps:
+        hw = dataclasses.replace(hw, wake=measure_wake(runtime, grid.wake_gaps))
+    if m.loop is None or not grid.serve_batches:
+        return hw
+    try:
+        loop = measure_serving(hw, runtime, grid.serve_batches)
+    except ImportError as exc:
+        m.notes.append(f"the batching server's costs not measured: {exc}")
+        return hw
+    m.loop = loop
+    return dataclasses.replace(hw, loop=loop)
 
 
 def host_costs(m: Measurements, base: Runtime, draft: ModelSpec, grid: Grid) -> None:

@@ -129,8 +129,18 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
             "builder",
             f"stop_rule_us = {loop.stop_rule * 1e6:.4g}    # SpecDec++'s stop check per "
             "drafted token",
-            "",
         ]
+        if loop.serve_step or loop.serve_row:
+            lines += [
+                f"serve_step_us = {loop.serve_step * 1e6:.4g}    # the batching server's work "
+                "per step",
+                f"serve_row_us = {loop.serve_row * 1e6:.4g}    # the same per sequence that "
+                "does not speculate",
+                f"pads_context = {str(loop.pads_context).lower()}    # its batched pass reads "
+                "each row up to the longest row's context",
+            ]
+        lines.append("")
+    lines += hw.wake.toml()
     for fit in fits.values():
         lines += [f"[fit.{fit.runtime}]", f"points = {fit.points}", f"held_out = {fit.held_out}",
                   f"heldout_median_rel_err = {fit.heldout_median_rel_err:.4f}",

@@ -20,14 +20,21 @@ tensor parallelism, weight bits):
   fitted by `profile-hw` on batched steps; 0 in a profile without them);
 - bookkeeping: the loop's `step` (`Pricing.bookkeeping_s`: the acceptance walk, the commit and
   the drafter's update of one sequence) once per speculating request, as a batched loop runs
-  them row by row (`serving/server.py` does).
+  them row by row (`serving/server.py` does); and the batching server's own work, `serve_step`
+  per step and `serve_row` per request that does not speculate (`LoopCosts`: measured by
+  `profile-hw` in specscope's server, 0 for an engine or a profile that did not measure them).
+
+A loop whose batched pass pads (`LoopCosts.pads_context`: specscope's batched target under
+eager) reads every row's keys up to the longest row's context: its forwards are priced at the
+batch's longest context instead of the mean (the linear layers see the same tokens either way).
 
 The host terms (per level, per verification, per step) are `Pricing`'s own (`host_terms`).
 
 A step where no request speculates is plain decoding: one target forward of one token each
-(`forward_time`), nothing else, so at batch 1 a step is `Pricing.autoregressive_s` and a tree
-step `Pricing.tree_step_s(tree)`. A prompt (prefill) is a target forward at context 0 (the cost
-model's prefill terms), plus the draft model's own prefill.
+(`forward_time`) and the server's own work, so at batch 1 a step is `Pricing.autoregressive_s`
+and a tree step `Pricing.tree_step_s(tree)`, each plus the server's terms. A prompt (prefill)
+is a target forward at context 0 (the cost model's prefill terms), plus the draft model's own
+prefill.
 
 Draft placement `separate` (draft model on other devices, `Link`): drafting of the next step
 overlaps this step's verification, so a step costs the longer of the two plus the link's
@@ -156,13 +163,17 @@ class _Forwards:
 class HostTerms:
     """Host seconds a speculative step adds to the model forwards, as `Pricing` prices them:
     per draft-model level, per verification, per step (bookkeeping), `level_s` of a
-    model-free source, and per further node a draft-model level proposes for."""
+    model-free source, per further node a draft-model level proposes for, and the batching
+    server's own work per step and per sequence that does not speculate (`LoopCosts`)."""
 
     level: float
     verify: float
     bookkeeping: float
     level_s: Callable[[str], float]
     node: float = 0.0
+    serve_step: float = 0.0
+    serve_row: float = 0.0
+    pads_context: bool = False
 
 
 def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0,
@@ -173,7 +184,8 @@ def host_terms(target: CostModel, drafter: CostModel | None, temperature: float 
     ref = Pricing(target, drafter, 1, temperature=temperature, engine=engine)
     level = ref.level_host_s if drafter is not None else 0.0
     node = ref.loop.node if drafter is not None else 0.0
-    return HostTerms(level, ref.verify_extra_s, ref.bookkeeping_s, ref.level_s, node)
+    return HostTerms(level, ref.verify_extra_s, ref.bookkeeping_s, ref.level_s, node,
+                     ref.loop.serve_step, ref.loop.serve_row, ref.loop.pads_context)
 
 
 @dataclass(frozen=True)
@@ -272,11 +284,15 @@ class BatchPricer:
         if chunks and self._drafter is not None and self.link is None:
             draft += self._drafter.forward(len(chunks), sum(s for s, _ in chunks),
                                            sum(d for _, d in chunks) / len(chunks))
+        served = self._host.serve_step + (len(contexts) - speculating) * self._host.serve_row
+        context = context_sum / batch
+        if self._host.pads_context and contexts:
+            context = max(context, max(contexts))
         if not speculating:
-            forward = self._target.forward(batch, tokens, context_sum / batch)
-            return StepParts(draft, forward, 0.0, False)
-        verify = self._target.verify(batch, tokens, context_sum / batch) + self._host.verify
-        return StepParts(draft, verify, speculating * self._host.bookkeeping)
+            forward = self._target.forward(batch, tokens, context)
+            return StepParts(draft, forward, served, False)
+        verify = self._target.verify(batch, tokens, context) + self._host.verify
+        return StepParts(draft, verify, speculating * self._host.bookkeeping + served)
 
     def _level_s(self, source: str, count: int, forwarded: int, context_sum: int,
                  expanded: int) -> float:
@@ -310,6 +326,11 @@ class BatchPricer:
         parts = self.parts(contexts, speculations)
         moved = sum(self.shape(s).size + 1 for s in speculations) if self.link else 0
         return self.combine(parts, 0.0, moved)
+
+    def wake_s(self, gap: float) -> float:
+        """Extra seconds of the first forward after the replica idled `gap` seconds (the target
+        profile's `Wake`)."""
+        return self.target.hw.wake.extra(gap)
 
     def prefill_s(self, prompts: Sequence[int]) -> float:
         """Seconds to prefill `prompts` (token counts) in one batched forward at their mean

@@ -21,6 +21,11 @@ redone for requests whose last step broke that assumption (and for requests on t
 step, which had nothing to overlap with), then the longer of verification and the overlapped
 drafting, then the link's transfers (`BatchPricer.combine`).
 
+A prefill (or a decoding step) pays the machine's wake-up penalty for the time since the last
+prefill (or any forward) began (`BatchPricer.wake_s`: the profile's `[idle]` table; none
+without it): where the machine pages out what sat unused, a prefill's kernels go cold while
+only decoding steps run, and everything goes cold while the replica idles.
+
 A sequence that finishes frees nothing until its group finishes; its children (forking
 workloads) become ready to run at once, their prefix already cached.
 """
@@ -68,6 +73,7 @@ class Replica:
         self.outstanding = 0
         self.steps = 0
         self._wake: simpy.Event | None = None
+        self._last = {"prefill": env.now, "step": env.now}
         self.process = env.process(self.run())
 
     def arrive(self, group: Group) -> None:
@@ -111,7 +117,7 @@ class Replica:
 
     def _prefill(self) -> Steps:
         groups, self.prefilling = self.prefilling, []
-        seconds = self.pricer.prefill_s([g.prompt_len for g in groups])
+        seconds = self.pricer.prefill_s([g.prompt_len for g in groups]) + self._woken("prefill")
         yield self.env.timeout(seconds)
         for group in groups:
             group.prefilled = group.prompt_len
@@ -142,7 +148,7 @@ class Replica:
                 redo = self.pricer.draft_s([contexts[i] for i in stale],
                                            [specs[i] for i in stale])
             moved = tree_tokens + sum(accepted) + len(running)
-        seconds = self.pricer.combine(parts, redo, int(moved))
+        seconds = self.pricer.combine(parts, redo, int(moved)) + self._woken("step")
         in_flight = tree_tokens * self.kv.cost.per_token
         self.log.add(env.now, STEP_START, self.index, batch=len(running) + len(chunks),
                      tokens=tree_tokens + sum(n for _, n in chunks),
@@ -155,6 +161,14 @@ class Replica:
             if group.prefilled == group.prompt_len:
                 self.prefilling.remove(group)
                 self._prefilled(group)
+
+    def _woken(self, kind: str) -> float:
+        """The wake-up penalty (`BatchPricer.wake_s`) of a `kind` ("prefill" or "step") that
+        starts now, after the gap since the last one began (a prefill warms what a step runs
+        too: it counts as both)."""
+        gap = self.env.now - self._last[kind]
+        self._last[kind] = self._last["step"] = self.env.now
+        return self.pricer.wake_s(gap)
 
     def _commit(self, slots: tuple[Slot, ...], specs: list[Speculation], accepted: list[int]
                 ) -> None:

@@ -59,7 +59,7 @@ from specscope.optimizers.compare import TREE_METHODS, Setup
 from specscope.optimizers.dyspec import dyspec_build
 from specscope.optimizers.ets import PULP_MISSING, pulp_available
 from specscope.optimizers.specdecpp import AUTHORS_THRESHOLD, specdecpp
-from specscope.profiling.measure import binary_tree, build, timer
+from specscope.profiling.drift import machine_drift
 from specscope.trace import (
     AcceptanceModel,
     Trace,
@@ -73,8 +73,6 @@ from specscope.validate.grid import BATCH_NOTE, Config, config_grid
 from specscope.validate.report import Fidelity, Measured, Outcome, Prediction, Validation
 
 DEFAULT_PROMPTS = "builtin:code-edit,builtin:stdlib-code"
-DRIFT_MAX_N = 8
-"""Tree sizes re-timed by `machine_drift` (the small steps a decode loop runs)."""
 TRACE_DRAFTERS = ("draft", "ngram", "recycle")
 """Drafters traced on the calibration half (Goose is its parts, n-gram and recycling)."""
 
@@ -222,33 +220,6 @@ def contenders(configs: Sequence[Config], predictions: dict[Config, Prediction],
     pick = max(configs, key=lambda c: predictions[c].tokens_per_s)
     fastest = sorted(configs, key=lambda c: best[c].decode_s / best[c].tokens)
     return [pick, *[c for c in fastest if c != pick][: count - 1]]
-
-
-def machine_drift(profile: HardwareProfile, spec_name: str, runtime: Runtime,
-                  repeats: int = 15) -> float | None:
-    """How fast this machine runs now against when the profile was measured: the median, over
-    the profile's own measured points of `spec_name` under `runtime` (batch 1, n ≤ 8, context
-    > 0), of the step time now (the same shapes through the executor, random weights as
-    profile-hw uses) over the time in the profile. None when the profile holds no such points.
-    A shared machine's speed moves by tens of percent over minutes; a ratio far from 1 says that
-    part of every step-time miss is the machine, not the model."""
-    tables = [t for t in profile.measured if (t.model, t.runtime, t.batch)
-              == (spec_name, runtime.kind, 1) and t.context > 0]
-    if not tables:
-        return None
-    spec = get_model(spec_name)
-    ratios = []
-    for table in tables:
-        model = build(spec, runtime, table.context + int(table.new_tokens.max()) + 1)
-        model.prefill(torch.zeros(table.context + 1, dtype=torch.long),
-                      table.context + int(table.new_tokens.max()) + 1)
-        for n, then in zip(table.new_tokens.astype(int), table.time_s, strict=True):
-            if n <= DRIFT_MAX_N:
-                tokens, tree = torch.arange(n) % spec.vocab_size, binary_tree(int(n))
-                step = partial(model.verify, tokens, tree)
-                now = timer(runtime, step, repeats) * 1e-3
-                ratios.append(now / then)
-    return float(np.median(ratios)) if ratios else None
 
 
 def host_costs(profile: HardwareProfile) -> bool:

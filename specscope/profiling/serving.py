@@ -1,0 +1,190 @@
+"""What `profile-hw` measures of serving on this machine: the host work each step and each
+sequence pays in specscope's continuous-batching server beyond what the simulator already
+prices (`measure_serving`), and the first forward's extra time after an idle gap
+(`measure_wake`).
+
+The simulator prices a step of the batching server (`simulator/pricing.BatchPricer`) from the
+fitted forwards and the decode loop's host terms (`measure.measure_loop`: drafting, the
+verification's tensors, the bookkeeping of each speculating sequence). The server does more on
+the host every step: it admits and plans, drafts row by row, builds the batch's inputs, and
+verifies, commits and updates the drafter of every running sequence, speculating or not. Here
+the real server (`serving.Server` over `batch_target`, n-gram drafting) serves requests that all
+arrive at once, with plain decoding (`none`) and a static chain, at batches `SERVE_BATCHES`;
+every step is timed (`Planner.stepped`) and priced by the profile just fitted, and the
+difference is fitted by least squares as
+
+    measured − priced = serve_step + serve_row × (sequences that do not speculate),
+
+the server's own work per step and per plain sequence (`LoopCosts.serve_step`, `.serve_row`;
+each at least 0), and under eager `pads_context` (the batched target's eager pass reads every
+row up to the longest row's context; graph and compile read the whole cache, which this does
+not price). The prompts are the zoo's `docstring` set, which `validate` and
+`validate --load` do not use by default, so a validation never re-prices the steps that priced
+it.
+
+`measure_wake`: the same target prefills a prompt of `WAKE_PROMPT` tokens warm, then again
+right after each gap of `WAKE_GAPS` seconds in which the process runs nothing (it sleeps); the
+extra time over the warm prefill, median of `WAKE_REPEATS`, is the profile's `[idle]` table
+(`hw_profiles/wake.py`). On this project's 2-core CPU VM it was 10 ms after 50 ms and ~110 ms
+after 1.6 s for a 3 ms-per-token model: the VM pages out what was not touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from specscope.executor.runtime import Runtime
+from specscope.hw_profiles import CostModel, HardwareProfile
+from specscope.hw_profiles.loop import LoopCosts
+from specscope.hw_profiles.wake import Wake
+from specscope.models import get_model
+from specscope.profiling.measure import BOOKKEEPING_TARGET
+from specscope.tree import Tree
+
+if TYPE_CHECKING:
+    from specscope.draft import DraftedTree
+    from specscope.executor.verify import Verdict
+    from specscope.serving.planners import Planner
+    from specscope.serving.served import Served
+    from specscope.simulator.pricing import BatchPricer
+
+SERVE_BATCHES = (1, 2, 4)
+"""Batch sizes the server runs at (every request arrives at once, so the batch stays full)."""
+SERVE_PROMPTS = "builtin:docstring"
+"""The prompts served (not the prompt sets `validate` uses by default)."""
+SERVE_REQUESTS_PER_ROW = 3
+"""Requests per batch row in each run."""
+SERVE_OUTPUT = 32
+"""Output tokens per request (EOS ignored)."""
+CHAIN = 4
+"""Drafts of the static policy's chain."""
+WAKE_GAPS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+"""Idle gaps (seconds) after which the first forward is timed."""
+WAKE_PROMPT = 96
+"""Prompt tokens of that forward."""
+WAKE_REPEATS = 3
+"""Timings per gap (the median is kept)."""
+
+
+def measure_serving(hw: HardwareProfile, runtime: Runtime,
+                    batches: Sequence[int] = SERVE_BATCHES) -> LoopCosts:
+    """`hw.loop` with `serve_step` and `serve_row` measured in the batching server (module
+    docstring) under `runtime`, whose section of `hw` prices the forwards."""
+    from specscope.executor.batched_transformer import batch_target
+    from specscope.executor.drafters import make_drafter
+    from specscope.executor.session import load_session
+    from specscope.serving.planners import make_planner
+    from specscope.serving.server import Server
+    from specscope.simulator.pricing import BatchPricer
+    from specscope.simulator.scheduler import Limits
+    from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
+
+    session = load_session(BOOKKEEPING_TARGET, None, runtime)
+    target, spec = session.target, get_model(BOOKKEEPING_TARGET)
+    prompts = [p for p in session.prompts(SERVE_PROMPTS)
+               if 2 <= len(p) <= spec.max_seq_len - SERVE_OUTPUT - CHAIN - 1]
+    unserved = dataclasses.replace(hw, loop=dataclasses.replace(
+        hw.loop, serve_step=0.0, serve_row=0.0, pads_context=runtime.kind == "eager"))
+    pricer = BatchPricer(CostModel(unserved, spec, runtime=runtime.kind), None, "ngram")
+    rows: list[tuple[float, float]] = []
+    residuals: list[float] = []
+    for policy in ("none", "static"):
+        tree = Tree.chain(CHAIN, "ngram") if policy == "static" else None
+        for batch in batches:
+            planner, max_tree = make_planner(policy, "ngram", CHAIN + 1, CHAIN, tree)
+            timed = _Timed(planner, pricer)
+            count = batch * SERVE_REQUESTS_PER_ROW
+            spec = WorkloadSpec(requests=count, rate=1e9, prompt=LengthDist("fixed", 1.0),
+                                output=LengthDist("fixed", float(SERVE_OUTPUT)))
+            groups = build_groups(spec, 0, lambda i: None, lambda row: (0, 0), lambda g: 1.0)
+            served = [prompts[i % len(prompts)] for i in range(count)]
+            for group in groups:
+                group.prompt_len = group.first[0].prompt_len = len(served[group.id])
+            model = batch_target(target, batch, max(map(len, served)) + SERVE_OUTPUT + max_tree)
+            model.prepare(max_tree)
+            drafters = [make_drafter("ngram", target.vocab_size) for _ in range(batch)]
+            limits = Limits(batch, max(map(len, served)) * batch + batch * max_tree, None,
+                            max_tree)
+            Server(model, drafters.__getitem__, timed, limits).run(groups, served)
+            for plain, measured, priced in timed.steps[1:]:  # the first step warms up
+                rows.append((1.0, plain))
+                residuals.append(measured - priced)
+    x, y = np.array(rows), np.array(residuals)
+    step, row = _nonnegative_lstsq(x, y)
+    return dataclasses.replace(hw.loop, serve_step=step, serve_row=row,
+                               pads_context=runtime.kind == "eager")
+
+
+def measure_wake(runtime: Runtime, gaps: Sequence[int | float] = WAKE_GAPS) -> Wake:
+    """The first prefill's extra seconds after each idle gap (module docstring)."""
+    import statistics
+    import time
+
+    import torch
+
+    from specscope.executor.targets import load_model
+
+    model = load_model(BOOKKEEPING_TARGET, runtime=runtime)[0]
+    prompt = torch.arange(WAKE_PROMPT + 1) % model.vocab_size
+
+    def prefill() -> float:
+        start = time.perf_counter()
+        model.prefill(prompt, WAKE_PROMPT + 1)
+        if runtime.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    for _ in range(5):
+        prefill()
+    warm = statistics.median(prefill() for _ in range(WAKE_REPEATS * 2))
+    extra = []
+    for gap in gaps:
+        timed = []
+        for _ in range(WAKE_REPEATS):
+            prefill()
+            time.sleep(gap)
+            timed.append(prefill())
+        extra.append(max(0.0, statistics.median(timed) - warm))
+    return Wake(tuple(float(g) for g in gaps), tuple(extra))
+
+
+def _nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least squares of y ≈ x · (a, b) with a, b ≥ 0 (scipy's bounded solver)."""
+    from scipy.optimize import lsq_linear
+
+    fit = lsq_linear(x, y, bounds=(0.0, np.inf))
+    return float(fit.x[0]), float(fit.x[1])
+
+
+class _Timed:
+    """A planner that records each step: its sequences that do not speculate, its measured
+    seconds and the seconds `pricer` gives it without the server's terms."""
+
+    def __init__(self, inner: Planner, pricer: BatchPricer) -> None:
+        self.inner, self.pricer = inner, pricer
+        self.steps: list[tuple[int, float, float]] = []
+        self._step: tuple[int, float] | None = None
+
+    def trees(self, running: Sequence[Served], step: int) -> list[DraftedTree]:
+        from specscope.simulator.policies.base import Speculation
+
+        drafted = self.inner.trees(running, step)
+        specs = [Speculation(d.tree, d.forwards) for d in drafted]
+        contexts = [s.request.context_len for s in running]
+        plain = sum(not self.pricer.shape(s).speculates for s in specs)
+        self._step = (plain, self.pricer.step_s(contexts, specs))
+        return drafted
+
+    def observe(self, index: int, served: Served, drafted: DraftedTree, verdict: Verdict
+                ) -> None:
+        self.inner.observe(index, served, drafted, verdict)
+
+    def stepped(self, seconds: float) -> None:
+        if self._step is not None:
+            self.steps.append((self._step[0], seconds, self._step[1]))
+            self._step = None
+        self.inner.stepped(seconds)

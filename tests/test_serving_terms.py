@@ -1,0 +1,114 @@
+"""What the simulator prices of the batching server and the machine under it: the server's own
+terms per step and per plain row, padded attention reads, the wake-up penalty after a gap
+(`hw_profiles/wake.py`), and the machine-drift probe's reference (`profiling/drift.py`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specscope.errors import InputError
+from specscope.executor.runtime import Runtime
+from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.profile import DATA_DIR
+from specscope.hw_profiles.wake import Wake
+from specscope.models import get_model
+from specscope.profiling import drift
+from specscope.simulator.policies.base import Speculation
+from specscope.simulator.pricing import BatchPricer
+from specscope.simulator.run import SimulateRequest, run_simulation
+from specscope.tree import Tree
+
+
+def _pricer(**loop: object) -> BatchPricer:
+    hw = load_profile("cpu-2core")
+    hw = dataclasses.replace(hw, loop=dataclasses.replace(hw.loop, **loop))
+    return BatchPricer(CostModel(hw, get_model("tiny-code"), runtime="eager"), None, "ngram")
+
+
+def test_the_server_terms_are_paid_per_step_and_per_plain_row() -> None:
+    bare = _pricer(serve_step=0.0, serve_row=0.0)
+    served = _pricer(serve_step=1e-3, serve_row=2e-4)
+    chain, plain = Speculation.of(Tree.chain(3, "ngram")), Speculation.none()
+    for specs in ([plain], [plain] * 3, [chain, plain, plain], [chain] * 2):
+        contexts = [80] * len(specs)
+        extra = served.step_s(contexts, specs) - bare.step_s(contexts, specs)
+        plain_rows = sum(s is plain for s in specs)
+        assert extra == pytest.approx(1e-3 + plain_rows * 2e-4, rel=1e-9)
+
+
+def test_a_padding_loop_prices_every_row_at_the_longest_context() -> None:
+    padded, paged = _pricer(pads_context=True), _pricer(pads_context=False)
+    specs = [Speculation.of(Tree.chain(3, "ngram"))] * 2
+    assert padded.step_s([300, 300], specs) == pytest.approx(paged.step_s([300, 300], specs))
+    assert padded.step_s([50, 300], specs) == pytest.approx(paged.step_s([300, 300], specs))
+    assert paged.step_s([50, 300], specs) == pytest.approx(paged.step_s([175, 175], specs))
+    assert paged.step_s([50, 300], specs) < padded.step_s([50, 300], specs)
+
+
+def test_wake_interpolates_from_zero_and_holds_past_the_last_gap() -> None:
+    wake = Wake((0.1, 0.4), (0.01, 0.04))
+    assert [wake.extra(g) for g in (0.0, -1.0, 0.05, 0.1, 0.25, 0.4, 9.0)] == pytest.approx(
+        [0.0, 0.0, 0.005, 0.01, 0.025, 0.04, 0.04])
+    assert Wake().extra(5.0) == 0.0
+    assert "[idle]" in "\n".join(wake.toml()) and Wake().toml() == []
+
+
+def _with_idle(tmp_path: Path, section: str) -> Path:
+    text = (DATA_DIR / "cpu-2core.toml").read_text(encoding="utf-8")
+    text = re.sub(r"\[idle\][^\n]*\n(?:[^\n]+\n)*", "", text) + "\n" + section
+    path = tmp_path / "box.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("section", "words"), [
+    ("[idle]\nseconds = [0.1, 0.1]\nextra_ms = [1, 2]\n", "increasing"),
+    ("[idle]\nseconds = [0.1]\nextra_ms = [1, 2]\n", "differ in length"),
+    ("[idle]\nseconds = [0.1]\nextra_ms = [-1]\n", "extra_ms"),
+    ("[idle]\nseconds = [0.1]\nextra_ms = [nan]\n", "extra_ms"),
+    ("[idle]\nseconds = []\nextra_ms = []\n", "seconds"),
+])
+def test_a_bad_idle_section_is_one_error_naming_it(tmp_path: Path, section: str,
+                                                   words: str) -> None:
+    with pytest.raises(InputError, match=r"\[idle\].*" + words):
+        load_profile(_with_idle(tmp_path, section))
+
+
+def _simulate(hw: str | Path, rate: float) -> dict:
+    return run_simulation(SimulateRequest(hw=str(hw), target="tiny-code", drafter=None,
+                                          policy="none", rate=rate, requests=24,
+                                          max_batch=4, prompt_len="64", output_len="16",
+                                          seed=3)).summary
+
+
+def test_a_prefill_after_a_gap_pays_the_wake_penalty(tmp_path: Path) -> None:
+    """At a low rate most requests arrive to a replica idle for seconds: the prefill pays the
+    penalty of the gap since the last prefill (none under 0.1 s, 50 ms past 0.2 s); a step
+    follows a forward within milliseconds and pays none."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    table = "[idle]\nseconds = [0.1, 0.2, 100]\nextra_ms = [0, 50, 50]\n"
+    cold = _simulate(_with_idle(tmp_path / "a", table), 0.5)
+    warm = _simulate(_with_idle(tmp_path / "b", ""), 0.5)
+    assert 40 < cold["mean_ttft_ms"] - warm["mean_ttft_ms"] <= 50 + 1e-6
+    assert cold["mean_tpot_ms"] == pytest.approx(warm["mean_tpot_ms"], rel=1e-6)
+
+
+def test_the_drift_probe_is_read_against_its_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    hw = load_profile("cpu-2core")
+    table = next(t for t in hw.measured if t.model == "tiny-code" and t.context > 0)
+    monkeypatch.setattr(drift, "timer", lambda runtime, step, repeats: 2e3 * float(
+        table.time_s[0]))  # every step now twice the first point's time (ms)
+    runtime = Runtime.cpu()
+    bare = drift.machine_drift(dataclasses.replace(hw, drift_reference={}), "tiny-code", runtime)
+    then = np.concatenate([t.time_s[t.new_tokens <= drift.DRIFT_MAX_N] for t in hw.measured
+                           if (t.model, t.runtime, t.batch) == ("tiny-code", "eager", 1)
+                           and t.context > 0])
+    assert bare == pytest.approx(float(np.median(2.0 * table.time_s[0] / then)))
+    ref = dataclasses.replace(hw, drift_reference={drift.drift_key("tiny-code", runtime): 2.0})
+    assert drift.machine_drift(ref, "tiny-code", runtime) == pytest.approx(bare / 2.0)
