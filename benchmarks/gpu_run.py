@@ -4,6 +4,7 @@ well. Imports nothing heavy at the top, so `record` and `done` answer in a blink
   python benchmarks/gpu_run.py env --out FILE [--cli FILE] [--site DIR] [--imports A.py,B.py]
   python benchmarks/gpu_run.py profile --out FILE        (CPU mode: a small profile-hw grid)
   python benchmarks/gpu_run.py validate --hw HW --out FILE   (CPU mode: a small validate)
+  python benchmarks/gpu_run.py load --hw HW --device D --out FILE   (validate --load per drafter)
   python benchmarks/gpu_run.py record OUTDIR STAGE STATUS [--device D] [--rc N] [--wall S]
   python benchmarks/gpu_run.py done OUTDIR STAGE         (exit 0 when stages.json says done)
   python benchmarks/gpu_run.py summary OUTDIR            (the issue-10 GPU checks)
@@ -24,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGES = ("torch", "triton", "numpy", "scipy", "typer", "rich", "polars", "pyarrow",
+PACKAGES = ("torch", "triton", "numpy", "scipy", "typer", "rich", "polars", "simpy", "pyarrow",
             "safetensors", "transformers", "tokenizers", "pandas")
 """Versions env.json records (each: version and where it was imported from)."""
-ABSENT = ("pulp", "simpy", "plotly", "ray")
+ABSENT = ("pulp", "plotly", "ray")
 """Packages the GPU image lacks and the runbook does not carry: the GPU path must not need them."""
 STAGES_FILE = "stages.json"
 
@@ -140,7 +141,8 @@ def cpu_profile(out: Path) -> None:
     from specscope.profiling.calibrate import Grid, profile_hw
 
     grid = Grid(("tiny-code-draft",), (1, 2, 4, 8), (32, 128), (1, 2), (64,), (32,),
-                "tiny-code-draft", draft_levels=2, repeats=3, loop_runs=1)
+                "tiny-code-draft", draft_levels=2, repeats=3, loop_runs=1, wake_gaps=(0.05, 0.2),
+                serve_batches=(1, 2))
     result = profile_hw("gpu-run-cpu", "cpu", ["eager"], quick=True, threads=1, output=out,
                         grid=grid, command="benchmarks/gpu_run.py profile (small CPU grid)")
     for fit in result.fits.values():
@@ -167,6 +169,64 @@ def cpu_validate(hw: str, out: Path) -> None:
     Console(width=120).print(summary_table(doc))
     for note in doc["notes"]:
         print(f"note: {note}")
+
+
+# ---- validate --load ---------------------------------------------------------------------------
+
+
+LOAD_TIMEOUT_S = 220
+"""Seconds one drafter's run may take on cuda: the stage is cut at 480, so a hung first
+drafter still leaves the second its turn."""
+
+
+def load_argv(hw: str, drafter: str) -> list[str]:
+    """The cuda command of one drafter: `validate --load --quick` on tiny-code, graph runtime."""
+    return [sys.executable, "-m", "specscope", "validate", "--load", "--hw", hw, "--model",
+            "tiny-code", "--device", "cuda", "--runtime", "graph", "--quick", "--drafter",
+            drafter, "--json"]
+
+
+def _load_one(hw: str, device: str, drafter: str) -> dict:
+    """One drafter's `validate --load` result: on cuda the CLI's (a subprocess, so a failure is
+    its one line); on a CPU the same code called directly on the smallest sizes that still
+    run the probe, two rates and every default policy (a few seconds)."""
+    if device == "cuda":
+        done = subprocess.run(load_argv(hw, drafter), capture_output=True, text=True,
+                              check=False, timeout=LOAD_TIMEOUT_S)
+        sys.stderr.write(done.stderr[-4000:])  # into run.log: a traceback's end, if any
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+            raise RuntimeError(f"exit {done.returncode}: {lines[-1]}")
+        return json.loads(done.stdout)
+    import torch
+
+    from specscope.validate.load import LoadRequest, LoadSizes, default_policies, run_load_validate
+
+    torch.set_num_threads(1)
+    return run_load_validate(LoadRequest(
+        hw=hw, model="tiny-code", device="cpu", drafter=drafter,
+        policies=default_policies(drafter), threads=1,
+        sizes=LoadSizes(requests=4, output_len=8, fractions=(0.5, 2.0), max_batch=2)))
+
+
+def load(hw: str, device: str, out: Path) -> int:
+    """`validate --load` on tiny-code with each drafter it runs (`names.LOAD_DRAFTERS`) into
+    `out`: one object per drafter, written after each, so a cut run keeps the first; non-zero
+    when one failed."""
+    from specscope.names import LOAD_DRAFTERS
+
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    failed = 0
+    for drafter in LOAD_DRAFTERS:
+        try:
+            doc[drafter] = _load_one(hw, device, drafter)
+            print(_load_line(drafter, doc[drafter]))
+        except Exception as exc:  # recorded: the other drafter still runs
+            doc[drafter] = {"error": f"{type(exc).__name__}: {_first_line(exc)}"}
+            print(f"validate --load --drafter {drafter} failed: {doc[drafter]['error']}")
+            failed += 1
+        _write_json(out, doc)
+    return 1 if failed else 0
 
 
 # ---- stages.json -------------------------------------------------------------------------------
@@ -348,6 +408,24 @@ def _validate_line(v: dict) -> str:
             f"notes: {'; '.join(v.get('notes', []))}")
 
 
+def _load_line(drafter: str, v: dict) -> str:
+    """A drafter's load figures: per metric median and max |relative error|, the ranking."""
+    if "error" in v:
+        return f"validate --load ({drafter}): FAILED {v['error']}"
+
+    def pct(x: float | None) -> str:
+        return "—" if x is None else f"{x:.1%}"
+
+    metrics = ", ".join(f"{m} {pct(v.get(m, {}).get('median_rel_err'))} (max "
+                        f"{pct(v.get(m, {}).get('max_rel_err'))})"
+                        for m in ("throughput", "mean_tpot", "p99_ttft", "p99_latency"))
+    runtime = v.get("runtime") or {}
+    return (f"validate --load ({drafter}, {v.get('hardware')}, {runtime.get('device')} "
+            f"{runtime.get('runtime')}, {len(v.get('cells', []))} cells, policies "
+            f"{','.join(v.get('policies', []))}, {v.get('wall_s', 0):.0f} s): median |error| "
+            f"{metrics}; ranking agrees {v.get('ranking_agrees')}")
+
+
 def _profile_line(p: dict) -> str:
     fits = ", ".join(f"{k} held-out median {f['heldout_median_rel_err']:.1%}"
                      for k, f in p.get("fit", {}).items())
@@ -378,6 +456,7 @@ def summary(outdir: Path) -> str:
     for name, line in (("validate.json", _validate_line), ("profile.toml", _profile_line)):
         doc = _read(outdir, name)
         lines += [line(doc)] if doc else []
+    lines += [_load_line(k, v) for k, v in (_read(outdir, "load.json") or {}).items()]
     text = "\n".join(lines) + "\n"
     tmp = outdir / ".summary.txt.tmp"
     tmp.write_text(text)
@@ -396,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("--imports", str, "")],
         "profile": [("--out", Path, ...)],
         "validate": [("--hw", str, ...), ("--out", Path, ...)],
+        "load": [("--hw", str, ...), ("--device", str, "cuda"), ("--out", Path, ...)],
         "record": [("outdir", Path, ...), ("stage", str, ...), ("status", str, ...),
                    ("--device", str, "cuda"), ("--rc", int, None), ("--wall", float, None)],
         "done": [("outdir", Path, ...), ("stage", str, ...)],
@@ -416,6 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            [s for s in args.imports.split(",") if s]),
         "profile": lambda: cpu_profile(args.out),
         "validate": lambda: cpu_validate(args.hw, args.out),
+        "load": lambda: load(args.hw, args.device, args.out),
         "record": lambda: record(args.outdir, args.stage, args.status, args.device, args.rc,
                                  args.wall),
         "summary": lambda: print(summary(args.outdir), end=""),

@@ -14,15 +14,19 @@
 #   compile      compiled steps at one context (256): llama-68m n = 1…8, llama-3.1-8b n = 1
 #   steps-small  llama-68m and llama-3.2-1b, eager and graph, contexts 256/2048, n = 1…64
 #   steps-ssm    mamba2-2.7b (eager, graph; n = 1…64, with the commit) and bamba-9b (eager)
-#   profile      specscope profile-hw --device cuda --quick (eager and graph)
+#   profile      specscope profile-hw --device cuda --quick (eager and graph) on the models that
+#                validate and validate --load price (tiny-code, its draft, llama-68m)
 #   validate     specscope validate --device cuda --quick on tiny-code, against that profile
+#   load         specscope validate --load --device cuda --runtime graph --quick on tiny-code,
+#                against that profile, with --drafter ngram and --drafter draft (serving under load)
 #   e2e          generate on the zoo per drafter (sequoia tree of 8, float32, checked lossless)
 #   summary      the issue-10 GPU checks, pass or fail, from the files above
 # and, named only: compile-long (llama-3.1-8b compiled n = 1 and 64 at context 8192).
 #
-# OUTDIR gets at most 7 files (the device tool brings back 8 a command): env.json,
-# gpu_verify.json (steps, prefill, commit, e2e, groups), profile.toml, validate.json,
-# stages.json (what ran, how long, its status), run.log, summary.txt.
+# OUTDIR gets at most 8 files (the device tool brings back 8 a command): env.json,
+# gpu_verify.json (steps, prefill, commit, e2e, groups), profile.toml, validate.json, load.json
+# (one validate --load result per drafter), stages.json (what ran, how long, its status),
+# run.log, summary.txt.
 #
 # --device cpu runs every stage with small shapes (CI: tests/test_gpu_run.py). --merge keeps the
 # files OUTDIR already holds and adds to them; `all` then skips the stages stages.json says are
@@ -44,7 +48,8 @@ usage() {
   exit 2
 }
 
-STAGES=(env steps-8b compile steps-small steps-ssm profile validate e2e summary)
+PROFILE_MODELS=tiny-code-draft,tiny-code,llama-68m
+STAGES=(env steps-8b compile steps-small steps-ssm profile validate load e2e summary)
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 DEVICE=cuda
@@ -81,7 +86,8 @@ if [ "$STAGE" != all ] && [ "$STAGE" != compile-long ] \
   echo "gpu_run.sh: unknown stage '$STAGE'" >&2; usage
 fi
 
-FILES=(env.json gpu_verify.json profile.toml validate.json stages.json run.log summary.txt)
+FILES=(env.json gpu_verify.json profile.toml validate.json load.json stages.json run.log
+       summary.txt)
 if [ "$DRY" = 0 ]; then
   mkdir -p "$OUT" || exit 2
   OUT=$(cd "$OUT" && pwd)
@@ -142,6 +148,13 @@ ensure_site() {
   echo "$want" >"$stamp"
 }
 
+# hw: the profile the checks price with: this run's profile.toml when the profile stage wrote it.
+hw() {
+  if [ -f "$OUT/profile.toml" ]; then echo "$OUT/profile.toml"
+  elif [ "$DEVICE" = cuda ]; then echo h100
+  else echo cpu-2core; fi
+}
+
 # stage_cmds STAGE: the commands of a stage, one per line (run by `bash -c`).
 stage_cmds() {
   local cuda=0
@@ -154,7 +167,7 @@ stage_cmds() {
            "--prompts builtin:code-edit --n 2 --max-new 32 --device $DEVICE --dtype float32" \
            "--verify-lossless --json > $WORK/cli-generate.json"
       echo "$CLI collect --model tiny-code --prompts builtin:code-edit --n 1 --max-new 8" \
-           "--device $DEVICE -o $WORK/trace.parquet"
+           "--device $DEVICE -o $WORK/trace.parquet --force"
       local b=$REPO/benchmarks
       echo "$H env --out $OUT/env.json --cli $WORK/cli-generate.json --site $SITE" \
            "--imports $b/gpu_verify.py,$b/peers.py,$b/executor.py" ;;
@@ -204,20 +217,20 @@ stage_cmds() {
       fi ;;
     profile)
       if [ $cuda = 1 ]; then
-        echo "$CLI profile-hw --name gpu-run --device cuda --quick -o $OUT/profile.toml"
+        echo "$CLI profile-hw --name gpu-run --device cuda --quick --models $PROFILE_MODELS" \
+             "-o $OUT/profile.toml"
       else
         echo "$H profile --out $OUT/profile.toml"
       fi ;;
     validate)
-      local hw=h100
-      [ $cuda = 1 ] || hw=cpu-2core
-      [ -f "$OUT/profile.toml" ] && hw="$OUT/profile.toml"
       if [ $cuda = 1 ]; then
-        echo "$CLI validate --hw $hw --model tiny-code --device cuda --quick --json" \
+        echo "$CLI validate --hw $(hw) --model tiny-code --device cuda --quick --json" \
              "> $WORK/validate.json && mv $WORK/validate.json $OUT/validate.json"
       else
-        echo "$H validate --hw $hw --out $OUT/validate.json"
+        echo "$H validate --hw $(hw) --out $OUT/validate.json"
       fi ;;
+    load)
+      echo "$H load --hw $(hw) --device $DEVICE --out $OUT/load.json" ;;
     e2e)
       if [ $cuda = 1 ]; then
         echo "$V --e2e-only --runtimes graph --e2e-prompts 8 --e2e" \
@@ -234,12 +247,15 @@ stage_cmds() {
 
 # Seconds a stage is expected to take (cuda: guesses for an H100 until a run has measured them,
 # stages.json's wall_s; cpu: this CI's 2 cores). `all --budget` starts a stage only if its
-# estimate fits in what is left.
+# estimate fits in what is left. load: per drafter a CLI start (~15 s), the trace, and about 30
+# probe-lengths of serving (each 24 requests × 32 tokens of tiny-code at batch 4, python-bound at
+# ~2-3 ms a step: ~0.5 s), with the steps' captures: ~75 s each.
 estimate() {
   if [ "$DEVICE" = cuda ]; then
     case "$1" in
       env) echo 45 ;; steps-8b) echo 120 ;; compile) echo 180 ;; steps-small) echo 60 ;;
-      steps-ssm) echo 120 ;; profile) echo 240 ;; validate) echo 150 ;; e2e) echo 180 ;;
+      steps-ssm) echo 120 ;; profile) echo 120 ;; validate) echo 150 ;; load) echo 150 ;;
+      e2e) echo 180 ;;
       compile-long) echo 240 ;; *) echo 10 ;;
     esac
   else

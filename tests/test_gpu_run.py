@@ -14,7 +14,7 @@ import sys
 import time
 import tomllib
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
@@ -29,10 +29,10 @@ from specscope.tree import Tree
 ROOT = Path(__file__).resolve().parents[1]
 RUNBOOK = ROOT / "benchmarks" / "gpu_run.sh"
 CARRY = ROOT / ".gpu-carry"
-STAGES = ("env", "steps-8b", "compile", "steps-small", "steps-ssm", "profile", "validate", "e2e",
-          "summary")
-FILES = ("env.json", "gpu_verify.json", "profile.toml", "validate.json", "stages.json",
-         "run.log", "summary.txt")
+STAGES = ("env", "steps-8b", "compile", "steps-small", "steps-ssm", "profile", "validate", "load",
+          "e2e", "summary")
+FILES = ("env.json", "gpu_verify.json", "profile.toml", "validate.json", "load.json",
+         "stages.json", "run.log", "summary.txt")
 BLOCKER = '''"""Hides the packages named in $SPECSCOPE_BLOCKED (top-level modules, comma list) as
 if they were not installed: `import` fails and `importlib.util.find_spec` finds nothing."""
 import os
@@ -153,7 +153,8 @@ def test_cpu_mode_runs_every_stage_with_only_the_image_and_the_carried_packages(
     proc, out = runbook.proc, runbook.out
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     print(f"gpu_run.sh --device cpu all: {runbook.wall:.0f} s")
-    assert {"pulp", "simpy", "plotly", "ray", "pydantic"} <= set(runbook.blocked)
+    assert {"pulp", "plotly", "ray", "pydantic"} <= set(runbook.blocked)
+    assert "simpy" in runbook.carried and "simpy" not in runbook.blocked  # validate --load's
     assert ("polars" in runbook.blocked) is False  # carried (or, without a wheel, stood in for)
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
     stages = json.loads((out / "stages.json").read_text())
@@ -190,9 +191,17 @@ def test_cpu_mode_runs_every_stage_with_only_the_image_and_the_carried_packages(
     assert validate["configs"] and validate["device"] == "cpu"
     assert not any(c["config"].startswith("ets/") for c in validate["configs"])
     assert any(note.startswith("ETS configurations skipped") for note in validate["notes"])
+    load = json.loads((out / "load.json").read_text())
+    assert list(load) == ["ngram", "draft"]
+    for drafter, policies in (("ngram", 3), ("draft", 4)):  # dyspec with the draft model
+        run = load[drafter]
+        assert run["runtime"]["device"] == "cpu" and run["saturation_rate"] > 0, run
+        assert len(run["cells"]) == policies * 2 and isinstance(run["ranking_agrees"], bool)
+        assert run["throughput"]["count"] == policies * 2
     summary = (out / "summary.txt").read_text()
     assert summary.count("PASS") + summary.count("FAIL") == 9, summary
     assert "MISSING" not in summary, summary
+    assert "validate --load (ngram, " in summary and "validate --load (draft, " in summary
     assert "stage summary: done" in (out / "run.log").read_text()
     used_outdir_needs_merge_and_merge_runs_only_what_is_asked(runbook)
 
@@ -285,16 +294,52 @@ def test_loop_costs_run_with_a_draft_of_another_vocabulary():
                                                                    "goose"}
 
 
-def test_the_cuda_stages_commands_parse_and_name_known_models(tmp_path):
+def gpu_run_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """`benchmarks/gpu_run.py` imported (in sys.modules while the test runs: its dataclasses
+    look their module up)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_run_helper",
+                                                  ROOT / "benchmarks" / "gpu_run.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_load_stage_keeps_each_drafters_result_and_records_a_failure(tmp_path, monkeypatch):
+    """On cuda each drafter's `validate --load` runs as a subprocess: a failing one is recorded
+    as its last stderr line, the other's result kept, and the stage exits non-zero."""
+    helper = gpu_run_module(monkeypatch)
+    result = {"hardware": "h100", "runtime": {"device": "cuda:0", "runtime": "graph"},
+              "policies": ["none", "static"], "cells": [{}, {}], "wall_s": 3.0,
+              "ranking_agrees": True,
+              **{m: {"median_rel_err": 0.05, "max_rel_err": 0.1}
+                 for m in ("throughput", "mean_tpot", "p99_ttft", "p99_latency")}}
+    commands = {"ngram": [sys.executable, "-c", f"print({json.dumps(json.dumps(result))})"],
+                "draft": [sys.executable, "-c", "import sys; sys.exit('specscope: error: no GPU')"]}
+    monkeypatch.setattr(helper, "load_argv", lambda hw, drafter: commands[drafter])
+    out = tmp_path / "load.json"
+    assert helper.main(["load", "--hw", "h100", "--device", "cuda", "--out", str(out)]) == 1
+    doc = json.loads(out.read_text())
+    assert doc["ngram"] == result
+    assert doc["draft"] == {"error": "RuntimeError: exit 1: specscope: error: no GPU"}
+    lines = [helper._load_line(k, v) for k, v in doc.items()]
+    assert "throughput 5.0% (max 10.0%)" in lines[0] and "ranking agrees True" in lines[0]
+    assert lines[1] == "validate --load (draft): FAILED " + doc["draft"]["error"]
+
+
+def test_the_cuda_stages_commands_parse_and_name_known_models(tmp_path, monkeypatch):
     """`--dry-run` of the cuda plan: every gpu_verify command parses (on this CPU, graph read as
-    eager) and names catalogue or zoo models and known drafters; every CLI command parses."""
+    eager) and names catalogue or zoo models and known drafters; every CLI command parses, the
+    `validate --load` ones the `load` stage runs per drafter (`gpu_run.load_argv`) included."""
     import importlib.util
     import shlex
 
     import typer
 
     from specscope.cli import app
-    from specscope.names import DRAFTERS
+    from specscope.names import DRAFTERS, LOAD_DRAFTERS
 
     done = subprocess.run(["bash", str(RUNBOOK), "--device", "cuda", "--dry-run", "all",
                            str(tmp_path / "out")], capture_output=True, text=True, check=True,
@@ -304,14 +349,20 @@ def test_the_cuda_stages_commands_parse_and_name_known_models(tmp_path):
                                                   ROOT / "benchmarks" / "gpu_verify.py")
     gv = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gv)
+    helper = gpu_run_module(monkeypatch)
     cli = typer.main.get_command(app)
     stages = [line[2:].split()[0] for line in done.stdout.splitlines() if line.startswith("# ")]
     assert stages == list(STAGES)
-    verify = clis = 0
+    commands = []
     for line in done.stdout.splitlines():
-        if line.startswith("#"):
-            continue
-        argv = shlex.split(line.split(" > ")[0])
+        argv = [] if line.startswith("#") else shlex.split(line.split(" > ")[0])
+        if argv[1:3] and argv[1].endswith("gpu_run.py") and argv[2] == "load":
+            hw = argv[argv.index("--hw") + 1]
+            commands += [helper.load_argv(hw, drafter) for drafter in LOAD_DRAFTERS]
+        elif argv:
+            commands.append(argv)
+    verify = clis = 0
+    for argv in commands:
         if argv[1].endswith("gpu_verify.py"):
             args = ["cpu" if a == "cuda" else a.replace("graph", "eager") for a in argv[2:]]
             parsed, _ = gv.parse_args(args)
@@ -325,7 +376,7 @@ def test_the_cuda_stages_commands_parse_and_name_known_models(tmp_path):
             command = cli.get_command(ctx, name)
             command.make_context(name, rest, parent=ctx)  # unknown options or bad values raise
             clis += 1
-    assert verify == 8 and clis == 4
+    assert verify == 8 and clis == 4 + len(LOAD_DRAFTERS)
 
 
 def test_the_cli_runs_under_the_carried_typer(tmp_path):
