@@ -1,8 +1,10 @@
-"""The HTML report of a results folder: Pareto fronts, trees, acceptance, serving under load,
-validation errors and a hardware comparison (`specscope dashboard DIR -o report.html`).
+"""The HTML report of a results folder: Pareto fronts, trees, acceptance, serving under load
+(simulated, and simulated against measured), validation errors and a hardware comparison
+(`specscope dashboard DIR -o report.html`).
 
 - `load`: what a results folder holds, recognised by content.
-- `fronts`, `trees`, `acceptance`, `serving`, `validation`, `hardware`: one figure each.
+- `fronts`, `trees`, `acceptance`, `serving`, `load_validation`, `validation`, `hardware`: one
+  figure each.
 - `style`: the look and the section record they share; `page`: the self-contained page.
 """
 

@@ -9,6 +9,9 @@ skipped) and recognised as:
   and event log beside it are not drawn) or the `simulate --json` summary;
 - a validation: `validate -o` parquet (one row per configuration) or the `validate --json`
   document (which also names the device; a parquet beside it is the same run);
+- a validation under load: `validate --load -o` parquet (one row per policy × rate) or the
+  `validate --load --json` document (which also names the setting; a parquet beside it of the
+  same cells is the same run);
 - a sweep (`specscope sweep`): a parquet of one row per cell with `hardware` and `speedup` or
   `throughput_tok_s` columns;
 - a trace: schema-v1 parquet (`specscope collect`, `trace synth`);
@@ -23,9 +26,10 @@ kinds is listed as ignored.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -39,6 +43,7 @@ from specscope.systems.case import Case
 from specscope.systems.reproduce import read_cases
 from specscope.trace import Trace, read_trace
 from specscope.tree import Tree
+from specscope.validate import load_report
 
 SIDE_TABLES = (".timeseries.parquet", ".events.parquet")
 """Files `simulate -o` writes beside its metrics table."""
@@ -46,6 +51,13 @@ RESULT_KEYS = ("algo", "n", "depth", "expected_tokens", "step_time_ms", "tokens_
                "speedup", "tree")
 """Keys every `results` row of optimize-tree output has."""
 VALIDATE_COLUMNS = ("config", "predicted_tokens_per_s", "measured_tokens_per_s")
+LOAD_SIDES = (("simulated", "sim_"), ("measured", "real_"))
+"""The two sides of a `validate --load` cell and their column prefixes in its parquet."""
+LOAD_KEYS = tuple(key for key, _ in load_report.METRICS.values())
+"""Metrics every side of a `validate --load` cell has (`mean_batch` and `mean_accepted` may
+be missing)."""
+
+Run = TypeVar("Run", "ValidationRun", "LoadValidation")
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,22 @@ class ValidationRun:
     frame: pl.DataFrame
 
 
+@dataclass(frozen=True)
+class LoadValidation:
+    """One `validate --load` run: a label (hardware, model and drafter where known), and its
+    document: `cells` and the summaries of `load_report.summary` (computed from the cells for
+    the parquet, which holds only them)."""
+
+    path: Path
+    label: str
+    doc: dict[str, Any]
+
+    @property
+    def key(self) -> tuple[Path, frozenset[tuple[str, float]]]:
+        """Folder and (policy, rate) of every cell: the same run in a JSON and a parquet."""
+        return self.path.parent, frozenset((c["policy"], c["rate"]) for c in self.doc["cells"])
+
+
 @dataclass
 class Results:
     """What `load_results` found under `root`, by kind; `ignored` lists (file, why)."""
@@ -81,6 +109,7 @@ class Results:
     trees: list[tuple[Path, Tree]] = field(default_factory=list)
     simulations: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     validations: list[ValidationRun] = field(default_factory=list)
+    load_validations: list[LoadValidation] = field(default_factory=list)
     sweeps: list[tuple[Path, pl.DataFrame]] = field(default_factory=list)
     traces: list[tuple[Path, Trace]] = field(default_factory=list)
     benchmarks: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
@@ -96,8 +125,9 @@ class Results:
     def used(self) -> int:
         """How many files were recognised."""
         return sum(len(x) for x in (self.optimized, self.trees, self.simulations,
-                                    self.validations, self.sweeps, self.traces, self.benchmarks,
-                                    self.profiles)) + len({c.where for c in self.scenarios})
+                                    self.validations, self.load_validations, self.sweeps,
+                                    self.traces, self.benchmarks, self.profiles)
+                   ) + len({c.where for c in self.scenarios})
 
 
 def profiles(results: Results) -> list[tuple[str, HardwareProfile]]:
@@ -122,7 +152,10 @@ def load_results(root: str | Path) -> Results:
             _parquet(path, results)
         elif path.suffix == ".toml":
             _toml(path, results)
-    _drop_duplicate_validations(results)
+    results.validations = _beside_documents(
+        results.validations, lambda v: (v.path.parent, v.frame.height), "validate", results)
+    results.load_validations = _beside_documents(
+        results.load_validations, lambda v: v.key, "validate --load", results)
     if not results.used:
         raise InputError(f"{root}: no results found (optimize-tree JSON, simulate metrics, "
                          "validate tables, sweep parquet, traces or benchmark JSON)")
@@ -146,6 +179,8 @@ def _json(path: Path, results: Results) -> None:
         frame = _frame(doc["configs"], path, VALIDATE_COLUMNS)
         label = " · ".join(str(doc[k]) for k in ("hardware", "device", "runtime") if doc.get(k))
         results.validations.append(ValidationRun(path, label or path.stem, frame))
+    elif "cells" in doc and "hardware" in doc:
+        results.load_validations.append(_load_doc(doc, path))
     elif "provenance" in doc and "steps" in doc:
         results.benchmarks.append((path, doc))
     elif "provenance" in doc:
@@ -201,6 +236,11 @@ def _parquet(path: Path, results: Results) -> None:
     elif set(VALIDATE_COLUMNS) <= columns:
         results.validations.append(ValidationRun(path, _folder_label(path, results.root),
                                                  _read(path)))
+    elif {"policy", "rate", "sim_throughput_tok_s", "real_throughput_tok_s"} <= columns:
+        cells = _load_cells(_read(path), path)
+        doc = {"cells": cells, **load_report.summary(cells)}
+        results.load_validations.append(LoadValidation(path, _folder_label(path, results.root),
+                                                       doc))
     elif "hardware" in columns and columns & {"speedup", "throughput_tok_s"}:
         results.sweeps.append((path, _read(path)))
     else:
@@ -248,16 +288,51 @@ def _toml(path: Path, results: Results) -> None:
         results.ignored.append((path, "TOML that is neither a hardware profile nor a scenario"))
 
 
-def _drop_duplicate_validations(results: Results) -> None:
-    """A validate parquet beside a validate JSON of the same configs is the same run: keep the
-    JSON, which names the hardware and device."""
-    documents = {(v.path.parent, v.frame.height) for v in results.validations
-                 if v.path.suffix == ".json"}
-    kept = []
-    for v in results.validations:
-        if v.path.suffix == ".parquet" and (v.path.parent, v.frame.height) in documents:
-            results.ignored.append((v.path, "same validate run as the JSON beside it"))
-        else:
-            kept.append(v)
-    results.validations = kept
+def _load_doc(doc: dict[str, Any], path: Path) -> LoadValidation:
+    """A `validate --load` document, checked: cells with both sides of every compared metric,
+    and the summaries the section quotes."""
+    cells = doc["cells"]
+    if not isinstance(cells, list) or not cells:
+        raise InputError(f"{path}: validate --load output without cells")
+    for i, c in enumerate(cells):
+        missing = [k for k in ("policy", "rate") if not isinstance(c, dict) or k not in c] or [
+            f"{side}.{k}" for side, _ in LOAD_SIDES for k in LOAD_KEYS
+            if not isinstance(c.get(side), dict) or k not in c[side]]
+        if missing:
+            raise InputError(f"{path}: cells[{i}] lacks {', '.join(missing)}")
+    missing = [k for k in (*load_report.METRICS, "rankings", "ranking_agrees") if k not in doc]
+    if missing:
+        raise InputError(f"{path}: validate --load output lacks {', '.join(missing)}")
+    runtime = doc.get("runtime")
+    if isinstance(runtime, dict):  # `Runtime.describe`
+        runtime = " ".join(str(runtime[k]) for k in ("device", "runtime") if runtime.get(k))
+    label = " · ".join(str(x) for x in (doc["hardware"], doc.get("model"), doc.get("drafter"),
+                                        runtime) if x)
+    return LoadValidation(path, label, doc)
 
+
+def _load_cells(table: pl.DataFrame, path: Path) -> list[dict[str, Any]]:
+    """The cells of a `validate --load` parquet (`load_report.frame` undone), errors recomputed
+    by `load_report.cell`."""
+    needed = [f"{prefix}{k}" for _, prefix in LOAD_SIDES for k in LOAD_KEYS]
+    missing = [c for c in needed if c not in table.columns]
+    if missing:
+        raise InputError(f"{path}: validate --load table lacks the columns {', '.join(missing)}")
+    return [load_report.cell(row["policy"], row["rate"], row.get("rate_fraction"), row.get("drift"),
+                 *({k.removeprefix(prefix): v for k, v in row.items() if k.startswith(prefix)}
+                   for _, prefix in LOAD_SIDES))
+            for row in table.iter_rows(named=True)]
+
+
+def _beside_documents(runs: list[Run], key: Callable[[Run], object], kind: str,
+                      results: Results) -> list[Run]:
+    """`runs` less each parquet beside a JSON of the same run (`key`), which is kept: it names
+    the hardware and setting. The parquets dropped are listed as ignored."""
+    documents = {key(r) for r in runs if r.path.suffix == ".json"}
+    kept = []
+    for run in runs:
+        if run.path.suffix == ".parquet" and key(run) in documents:
+            results.ignored.append((run.path, f"same {kind} run as the JSON beside it"))
+        else:
+            kept.append(run)
+    return kept

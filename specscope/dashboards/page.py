@@ -20,6 +20,7 @@ from specscope.dashboards.acceptance import acceptance_section
 from specscope.dashboards.fronts import pareto_section, size_section
 from specscope.dashboards.hardware import hardware_section
 from specscope.dashboards.load import Results, load_results
+from specscope.dashboards.load_validation import load_validation_section
 from specscope.dashboards.serving import serving_section
 from specscope.dashboards.style import FONT, Section
 from specscope.dashboards.systems import (
@@ -33,8 +34,8 @@ from specscope.errors import InputError
 
 SECTIONS: tuple[Callable[[Results], Section], ...] = (
     pareto_section, size_section, trees_section, acceptance_section, serving_section,
-    validation_section, hardware_section, systems_hardware_section, reproduce_section,
-    families_section,
+    load_validation_section, validation_section, hardware_section, systems_hardware_section,
+    reproduce_section, families_section,
 )
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 CSS = f"""
