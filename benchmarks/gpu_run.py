@@ -141,8 +141,8 @@ def cpu_profile(out: Path) -> None:
     from specscope.profiling.calibrate import Grid, profile_hw
 
     grid = Grid(("tiny-code-draft",), (1, 2, 4, 8), (32, 128), (1, 2), (64,), (32,),
-                "tiny-code-draft", draft_levels=2, repeats=3, loop_runs=1, wake_gaps=(0.05, 0.2),
-                serve_batches=(1, 2))
+                "tiny-code-draft", draft_levels=2, repeats=3, loop_runs=1, wake_gaps=(0.05,),
+                serve_batches=(1,))
     result = profile_hw("gpu-run-cpu", "cpu", ["eager"], quick=True, threads=1, output=out,
                         grid=grid, command="benchmarks/gpu_run.py profile (small CPU grid)")
     for fit in result.fits.values():

@@ -162,7 +162,9 @@ def test_batch_is_the_joint_optimum(ps, extra: int, max_depth: int | None) -> No
         check_tree(tree, total, max_depth)
     joint = total_g(trees, ps)
     assert joint == pytest.approx(total_g(dp_batch(ps, total, max_depth), ps), abs=1e-6)
-    assert joint >= total_g(equal_split(ps, total, max_depth), ps) - 1e-9
+    # within the program's solver tolerance, as above: with p = 0.02 a chain of 5 and one of 10
+    # differ by 0.02**5 ≈ 3e-9 of expected tokens, which CBC does not distinguish
+    assert joint >= total_g(equal_split(ps, total, max_depth), ps) - 1e-6
 
 
 def test_batch_beats_equal_split_on_heterogeneous_requests() -> None:

@@ -102,7 +102,7 @@ def test_a_prefill_after_a_gap_pays_the_wake_penalty(tmp_path: Path) -> None:
 def test_the_drift_probe_is_read_against_its_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     hw = load_profile("cpu-2core")
     table = next(t for t in hw.measured if t.model == "tiny-code" and t.context > 0)
-    monkeypatch.setattr(drift, "timer", lambda runtime, step, repeats: 2e3 * float(
+    monkeypatch.setattr(drift, "timer", lambda runtime, step, repeats, wall: 2e3 * float(
         table.time_s[0]))  # every step now twice the first point's time (ms)
     runtime = Runtime.cpu()
     bare = drift.machine_drift(dataclasses.replace(hw, drift_reference={}), "tiny-code", runtime)

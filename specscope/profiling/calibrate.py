@@ -129,7 +129,8 @@ GPU_MODELS = ("llama-68m", "llama-3.2-1b", "llama-3.1-8b")
 GRIDS = {
     ("cpu", True): Grid(CPU_MODELS, (1, 2, 4, 8, 16, 32), (64, 256, 512), (1, 2, 4, 8, 16),
                         (256,), (32, 128), "tiny-code-draft", repeats=9, batches=(2, 4, 8),
-                        batch_ns=(1, 2, 3, 4), batch_contexts=(64, 256)),
+                        batch_ns=(1, 2, 3, 4), batch_contexts=(64, 256),
+                        wake_gaps=(0.05, 0.2, 0.8), serve_batches=(1, 2)),
     ("cpu", False): Grid(CPU_MODELS, (1, 2, 4, 8, 16, 32, 64, 128), (64, 256, 1024),
                          (1, 2, 4, 8, 16, 32), (64, 256), (32, 128, 384), "tiny-code-draft",
                          repeats=15, batches=(2, 4, 8, 16), batch_ns=(1, 2, 4, 8),

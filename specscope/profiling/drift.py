@@ -27,7 +27,9 @@ def machine_drift(profile: HardwareProfile, spec_name: str, runtime: Runtime,
     """How fast this machine runs now against when the profile was measured: the median, over
     the profile's own measured points of `spec_name` under `runtime` (batch 1, n ≤ 8, context
     > 0), of the step time now (the same shapes through the executor, random weights as
-    profile-hw uses) over the time in the profile, divided by the same probe's ratio when
+    profile-hw uses; wall-clock time with the host's work, which is what a serving loop waits
+    for: on a GPU a small model's step is host-bound, and the device's clock moves on its own)
+    over the time in the profile, divided by the same probe's ratio when
     profile-hw ran it right after measuring (`HardwareProfile.drift_reference`: the probe, in a
     process that holds one model, runs ~10% faster on a 2-core CPU than the profile's grid
     measured the same steps, so an unreferenced probe reads drift where there is none). None
@@ -48,7 +50,7 @@ def machine_drift(profile: HardwareProfile, spec_name: str, runtime: Runtime,
             if n <= DRIFT_MAX_N:
                 tokens, tree = torch.arange(n) % spec.vocab_size, binary_tree(int(n))
                 step = partial(model.verify, tokens, tree)
-                now = timer(runtime, step, repeats) * 1e-3
+                now = timer(runtime, step, repeats, wall=True) * 1e-3
                 ratios.append(now / then)
     if not ratios:
         return None
