@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 import polars as pl
@@ -22,9 +23,11 @@ from tiny_pair import noisy_copy, self_repeating_prompts, tiny_spec
 
 from specscope.errors import InputError
 from specscope.executor.batched import PerRowModel, own_cache
+from specscope.executor.batched_draft import BatchedDraft
 from specscope.executor.batched_transformer import batch_target
 from specscope.executor.drafters import DraftModelDrafter, NgramDrafter
 from specscope.executor.loop import decode_autoregressive
+from specscope.executor.methods import draft_static
 from specscope.executor.targets import Model, wrap
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.models import get_model
@@ -35,7 +38,7 @@ from specscope.serving.bench import (
     run_serve_bench,
     workload_groups,
 )
-from specscope.serving.planners import make_planner
+from specscope.serving.planners import in_turn, make_planner
 from specscope.serving.server import Server, ServeRun
 from specscope.simulator.entities import Group, Request
 from specscope.simulator.pricing import BatchPricer
@@ -78,14 +81,21 @@ def serve(model: Model, prompts: list[list[int]], policy: str, drafter: str = "n
           chunk: int | None = 5, max_batch: int = 3, budget: int = 6,
           tree: Tree | None = None, batched: bool = False) -> ServeRun:
     """Serve the prompts on a virtual clock with per-row `drafter`s under `policy`, on a
-    `PerRowModel` of `model` or (`batched`) its one-forward `batch_target`."""
+    `PerRowModel` of `model` or (`batched`) its one-forward `batch_target`; "shared-draft"
+    drafts from one batched draft model, each level one forward for all rows."""
     source = "ngram" if drafter == "ngram" else "draft"
+    shared = BatchedDraft(batch_target(draft(), max_batch)) if drafter == "shared-draft" else None
     # h100's prices: there, speculation pays for SmartSpec at these acceptances
     pricer = BatchPricer(CostModel(load_profile("h100"), get_model("tiny-code")), None, source)
     planner, max_tree = make_planner(policy, source, budget, 4, tree, acceptance=ACCEPTANCE,
-                                     pricer=pricer)
-    drafters = ([NgramDrafter() for _ in range(max_batch)] if drafter == "ngram"
-                else [DraftModelDrafter(draft()) for _ in range(max_batch)])
+                                     pricer=pricer,
+                                     run=in_turn if shared is None else shared.run)
+    if drafter == "ngram":
+        drafters = [NgramDrafter() for _ in range(max_batch)]
+    elif shared is not None:
+        drafters = [DraftModelDrafter(shared.row(r)) for r in range(max_batch)]
+    else:
+        drafters = [DraftModelDrafter(draft()) for _ in range(max_batch)]
     ticks = itertools.count()
     rows = batch_target(model, max_batch) if batched else PerRowModel.replicate(model, max_batch)
     server = Server(rows, drafters.__getitem__, planner,
@@ -106,7 +116,7 @@ def prompts() -> list[list[int]]:
 
 CASES = [("ngram", "none", 5), ("ngram", "static", 5), ("ngram", "dyspec", 5),
          ("ngram", "smartspec", 5), ("ngram", "dyspec", None), ("draft", "static", 5),
-         ("draft", "dyspec", 3)]
+         ("draft", "dyspec", 3), ("shared-draft", "static", 5), ("shared-draft", "dyspec", None)]
 
 
 @pytest.mark.parametrize(("drafter", "policy", "chunk"), CASES)
@@ -210,3 +220,27 @@ def test_bad_inputs_exit_2_with_one_line(cli: Callable[..., tuple[int, str, str]
                          "--device", "cpu", *args)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and words in err
+
+
+def test_a_shared_draft_runs_each_level_of_every_row_in_one_forward(
+        prompts: list[list[int]]) -> None:
+    """Three rows drafting chains of 3 from one batched draft: each level (after the
+    catch-up) is one forward of all rows, and each row's drafts are its own draft's."""
+    batched = batch_target(draft(), 3)
+    calls: list[list[int]] = []
+    verify = batched.verify
+    batched.verify = lambda rows, tokens, trees: (calls.append(list(rows)),
+                                                  verify(rows, tokens, trees))[1]
+    shared = BatchedDraft(batched)
+    rows = [DraftModelDrafter(shared.row(r)) for r in range(3)]
+    alone = [DraftModelDrafter(draft()) for _ in range(3)]
+    chain = Tree.chain(3)
+    for d, p in zip([*rows, *alone], [*prompts[:3], *prompts[:3]], strict=True):
+        d.start(p, len(p) + 8)
+        d.begin(p)
+    together = shared.run([partial(draft_static, d, p[-1], chain)
+                           for d, p in zip(rows, prompts[:3], strict=True)])
+    apart = [draft_static(d, p[-1], chain) for d, p in zip(alone, prompts[:3], strict=True)]
+    assert [t.tokens.tolist() for t in together] == [t.tokens.tolist() for t in apart]
+    # the catch-up (the root's logits propose level 1), then levels 2 and 3: all rows each
+    assert calls == [[0, 1, 2]] * 3

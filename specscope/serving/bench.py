@@ -6,7 +6,8 @@ fixed prompt length (`build_groups` of a `WorkloadSpec`: Poisson or Gamma gaps, 
 file; `LengthDist` outputs); prompts are the prompt set's, request i taking prompt i mod its
 size, so prompt lengths are the prompts' own. The requests are replayed in wall-clock time in
 this process by `serving.Server` over the batched target (`batch_target`: one forward for all
-rows of a Transformer, a `PerRowModel` otherwise) and per-row drafters, and
+rows of a Transformer, a `PerRowModel` otherwise) and per-row drafters (the `draft` drafter's
+rows share one batched draft model, each level one forward for all rows: `BatchedDraft`), and
 the per-request table, summary, time series and event log are `simulator/metrics.py`'s, plus
 each request's token times (`token_times_s`, seconds from the run's start).
 """
@@ -24,6 +25,7 @@ import torch
 
 from specscope.errors import InputError
 from specscope.executor.batched import BatchedModel, own_cache
+from specscope.executor.batched_draft import BatchedDraft
 from specscope.executor.batched_transformer import batch_target
 from specscope.executor.drafters import Drafter, make_drafter
 from specscope.executor.loop import decode_autoregressive
@@ -35,7 +37,7 @@ from specscope.executor.threads import use_threads
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.profile import check_device_kind
 from specscope.models import get_model
-from specscope.serving.planners import make_planner
+from specscope.serving.planners import in_turn, make_planner
 from specscope.serving.server import Server, ServeRun
 from specscope.simulator.entities import Group
 from specscope.simulator.metrics import request_table, summarise, time_series
@@ -116,7 +118,8 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
     prompts = session.prompts(req.prompts)
     if any(len(p) < 2 for p in prompts):
         raise InputError(f"--prompts {req.prompts}: every prompt must hold at least 2 tokens")
-    drafters = [_drafter(req, session, row) for row in range(req.max_batch)]
+    shared = _shared_draft(req, session)
+    drafters = [_drafter(req, session, row, shared) for row in range(req.max_batch)]
     source = drafters[0].source
     tree = req.tree
     if isinstance(tree, Path):
@@ -126,11 +129,14 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
     pricer = None if req.hw is None else step_pricer(req.hw, session.target.name,
                                                      session.draft, source, req.runtime)
     planner, max_tree = make_planner(req.policy, source, req.budget, req.max_depth, tree,
-                                     acceptance, req.trace, req.seed, req.options, pricer)
+                                     acceptance, req.trace, req.seed, req.options, pricer,
+                                     in_turn if shared is None else shared.run)
     limits = Limits(req.max_batch, req.token_budget, req.chunked_prefill, max_tree)
     limits.check()
     groups = workload_groups(req, prompts)
     threads = use_threads(req.threads, session.target, session.draft)
+    if shared is not None:
+        shared.model.prepare(max_tree)
     for m in drafters[0].models:  # first calls are slow: once before the clock starts
         decode_autoregressive(m, prompts[0][:8], 2)
     for m in (m for d in drafters for m in d.models):  # each row's draft model, captured now
@@ -171,10 +177,20 @@ def step_pricer(hw: str, target: str, draft: Model | None, source: str, runtime:
                        source)
 
 
-def _drafter(req: ServeBenchRequest, session: Session, row: int) -> Drafter:
-    """Row `row`'s drafter; a draft model gets a cache of its own per row."""
-    draft = session.draft
-    if draft is not None and row > 0:
+def _shared_draft(req: ServeBenchRequest, session: Session) -> BatchedDraft | None:
+    """The draft model every row's `draft` drafter shares, its levels batched across rows
+    (`executor/batched_draft.py`); None for other drafters."""
+    if req.drafter != "draft" or session.draft is None:
+        return None
+    return BatchedDraft(batch_target(session.draft, req.max_batch))
+
+
+def _drafter(req: ServeBenchRequest, session: Session, row: int,
+             shared: BatchedDraft | None) -> Drafter:
+    """Row `row`'s drafter: the shared draft's row, or a draft model with a cache of its own
+    per row (the other drafters that run one)."""
+    draft = session.draft if shared is None else shared.row(row)
+    if shared is None and draft is not None and row > 0:
         draft = own_cache(draft)
     return make_drafter(req.drafter, session.target.vocab_size, draft_model=draft,
                         target=session.target)

@@ -18,8 +18,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
 from specscope.draft import DraftedTree
 from specscope.errors import InputError
@@ -42,6 +43,15 @@ from specscope.tree import Tree
 
 if TYPE_CHECKING:
     from specscope.serving.served import Served
+
+Runner = Callable[[Sequence[Callable[[], Any]]], list[Any]]
+"""Runs each row's drafting job and returns their results in order: one after another, or
+concurrently with their draft forwards batched (`BatchedDraft.run`)."""
+
+
+def in_turn(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Each job after the other."""
+    return [job() for job in jobs]
 
 
 class Planner(Protocol):
@@ -66,9 +76,9 @@ class PolicyPlanner:
     """A simulator `Policy` planning shapes that each request's drafter fills."""
 
     def __init__(self, policy: Policy, acceptance: AcceptanceModel, source: str,
-                 pricer: StepPricer | None) -> None:
+                 pricer: StepPricer | None, run: Runner = in_turn) -> None:
         self.policy, self.acceptance, self.source = policy, acceptance, source
-        self.pricer = pricer
+        self.pricer, self.run = pricer, run
         self._slots: tuple[Slot, ...] = ()
         self._specs: list[Speculation] = []
 
@@ -77,8 +87,8 @@ class PolicyPlanner:
                                  s.request.remaining) for s in running)
         view = StepView(self._slots, self.pricer, self.acceptance, self.source, step)
         self._specs = self.policy.plan(view)
-        return [draft_static(s.drafter, s.context[-1], spec.tree)
-                for s, spec in zip(running, self._specs, strict=True)]
+        return self.run([partial(draft_static, s.drafter, s.context[-1], spec.tree)
+                         for s, spec in zip(running, self._specs, strict=True)])
 
     def observe(self, index: int, served: Served, drafted: DraftedTree, verdict: Verdict
                 ) -> None:
@@ -91,11 +101,12 @@ class PolicyPlanner:
 class MethodPlanner:
     """An executor `Method` growing every request's tree on its own drafter."""
 
-    def __init__(self, method: Method) -> None:
-        self.method = method
+    def __init__(self, method: Method, run: Runner = in_turn) -> None:
+        self.method, self.run = method, run
 
     def trees(self, running: Sequence[Served], step: int) -> list[DraftedTree]:
-        return [self.method.build(s.drafter, s.context[-1]) for s in running]
+        return self.run([partial(self.method.build, s.drafter, s.context[-1])
+                         for s in running])
 
     def observe(self, index: int, served: Served, drafted: DraftedTree, verdict: Verdict
                 ) -> None:
@@ -110,11 +121,13 @@ def make_planner(policy: str, source: str, budget: int, max_depth: int,
                  tree: Tree | None = None, acceptance: AcceptanceModel | None = None,
                  trace: Trace | None = None, seed: int = 0,
                  options: Mapping[str, float] | None = None,
-                 pricer: StepPricer | None = None) -> tuple[Planner, int]:
+                 pricer: StepPricer | None = None, run: Runner = in_turn
+                 ) -> tuple[Planner, int]:
     """The named policy (`SERVED_POLICIES`) for drafter `source`, and the largest tree it may
     verify per request. `smartspec` needs `acceptance` (or a `trace` holding `source`) and a
     `pricer` (the simulator's `BatchPricer` on the machine's profile), `specdecpp` a `trace`
-    holding `source` to fit its predictor on, `static` a `tree`."""
+    holding `source` to fit its predictor on, `static` a `tree`. `run` runs the rows'
+    drafting (`in_turn`, or batching their draft forwards)."""
     if policy not in SERVED_POLICIES:
         known = ", ".join(SERVED_POLICIES)
         raise InputError(f"--policy {policy!r} is not run for real; serve-bench runs {known}")
@@ -122,7 +135,7 @@ def make_planner(policy: str, source: str, budget: int, max_depth: int,
     if trace is not None and acceptance is None:
         acceptance = AcceptanceModel.from_trace(trace, source)
     if policy == "dyspec":
-        return MethodPlanner(dyspec_method(budget)), budget
+        return MethodPlanner(dyspec_method(budget), run), budget
     if policy == "specdecpp":
         if trace is None:
             raise InputError("--policy specdecpp fits its acceptance predictor on a trace of the "
@@ -130,7 +143,7 @@ def make_planner(policy: str, source: str, budget: int, max_depth: int,
         predictor = AcceptancePredictor.fit(trace, source, seed)
         method = specdecpp_method(predictor, min(budget, max_depth + 1), "predictor fitted on "
                                   "--trace", options.get("threshold", AUTHORS_THRESHOLD))
-        return MethodPlanner(method), method.max_size
+        return MethodPlanner(method, run), method.max_size
     if acceptance is None:
         if policy == "smartspec":
             raise InputError("--policy smartspec needs --trace or --acceptance")
@@ -141,4 +154,4 @@ def make_planner(policy: str, source: str, budget: int, max_depth: int,
     chosen = POLICIES[policy](setup)
     largest = {"none": 1, "static": tree.size if tree is not None else 1}.get(
         policy, max(budget, tree.size if tree is not None else 1))
-    return PolicyPlanner(chosen, acceptance, source, pricer), largest
+    return PolicyPlanner(chosen, acceptance, source, pricer, run), largest
