@@ -3,7 +3,7 @@
 simulated against measured, with the error summaries and the ranking checks.
 
 Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/serving_cpu.py [--full] [--seed 0]
-     [--prompts builtin:code-edit,builtin:stdlib-code]
+     [--prompts builtin:code-edit,builtin:stdlib-code] [--drafter ngram|draft]
 
 What runs (`specscope/validate/load.py`): the prompts' greedy n-gram trace, a saturation probe of
 plain decoding, then per rate of the ladder (fractions of saturation) every policy served for
@@ -25,8 +25,9 @@ import time
 import torch
 from rich.console import Console
 
+from specscope.names import LOAD_DRAFTERS
 from specscope.validate.compare import DEFAULT_PROMPTS
-from specscope.validate.load import LoadRequest, run_load_validate
+from specscope.validate.load import LoadRequest, default_policies, run_load_validate
 from specscope.validate.load_report import cell_table, ranking_lines, summary_table
 
 console = Console(width=200)
@@ -49,11 +50,15 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="The full ladder (longer).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prompts", default=DEFAULT_PROMPTS)
+    parser.add_argument("--drafter", choices=LOAD_DRAFTERS, default="ngram",
+                        help="n-gram, or the zoo's draft model (with dyspec)")
     args = parser.parse_args()
     before = os.getloadavg()[0]
     start = time.perf_counter()
     doc = run_load_validate(LoadRequest("cpu-2core", "tiny-code", device="cpu",
                                         quick=not args.full, prompts=args.prompts,
+                                        drafter=args.drafter,
+                                        policies=default_policies(args.drafter),
                                         seed=args.seed))
     wall = time.perf_counter() - start
     console.print(f"# benchmarks/serving_cpu.py on {cpu_name()} ({os.cpu_count()} cores), "
