@@ -112,3 +112,20 @@ def test_the_drift_probe_is_read_against_its_reference(monkeypatch: pytest.Monke
     assert bare == pytest.approx(float(np.median(2.0 * table.time_s[0] / then)))
     ref = dataclasses.replace(hw, drift_reference={drift.drift_key("tiny-code", runtime): 2.0})
     assert drift.machine_drift(ref, "tiny-code", runtime) == pytest.approx(bare / 2.0)
+
+
+def test_a_server_whose_rows_draft_alone_pays_a_level_host_work_per_row() -> None:
+    hw = load_profile("cpu-2core")
+    draft = CostModel(hw, get_model("tiny-code-draft"), runtime="eager")
+    target = CostModel(hw, get_model("tiny-code"), runtime="eager")
+    source = "draft:tiny-code-draft"
+    priced = {}
+    for per_row in (False, True):
+        loop = dataclasses.replace(hw.loop, level_per_row=per_row)
+        t = CostModel(dataclasses.replace(hw, loop=loop), get_model("tiny-code"), runtime="eager")
+        priced[per_row] = BatchPricer(t, draft, source)
+    assert target.hw.loop.level > 0
+    specs = [Speculation.of(Tree.chain(3, source))] * 4
+    extra = priced[True].draft_s([90] * 4, specs) - priced[False].draft_s([90] * 4, specs)
+    level = priced[True]._host.level  # the level's host work, cold term included
+    assert extra == pytest.approx(3 * 3 * level, rel=1e-9)  # 3 levels × 3 further rows

@@ -20,6 +20,10 @@ LOOP_KEYS = {"step_us": "step", "level_us": "level", "node_us": "node",
 """TOML keys (µs) of a profile's `[speculation]` and an engine's `[loop]`, by field."""
 
 
+FLAGS = ("pads_context", "level_per_row")
+"""`LoopCosts` fields that say how the loop runs (TOML booleans), not what it costs."""
+
+
 @dataclass(frozen=True)
 class LoopCosts:
     """Host seconds a speculative loop pays beyond its forwards (`Pricing` reads these).
@@ -36,7 +40,10 @@ class LoopCosts:
     commit and drafter update) beyond its forwards and the terms above
     (`profiling.serving.measure_serving`); pads_context: the loop's batched pass reads every
     row's keys up to the longest row's context (specscope's batched target under eager does:
-    one tensor of B × longest), where a paged-attention engine reads each row's own.
+    one tensor of B × longest), where a paged-attention engine reads each row's own;
+    level_per_row: a batched draft-model level pays its host work (`level`, `draft_cold`) once
+    per sequence, not once per level (specscope's server: each row's drafter proposes for its
+    own nodes, in its own thread, around the one shared forward).
     """
 
     step: float = 0.0
@@ -54,14 +61,15 @@ class LoopCosts:
     serve_step: float = 0.0
     serve_row: float = 0.0
     pads_context: bool = False
+    level_per_row: bool = False
 
     def carried(self, factor: float) -> LoopCosts:
         """These terms on a host `factor` times slower; the cold terms, cache effects of the
         host that measured them, stay behind (0)."""
         out = {f.name: getattr(self, f.name) * factor for f in fields(self)
-               if f.name not in ("drafter", "draft_cold", "verify_cold", "pads_context")}
+               if f.name not in ("drafter", "draft_cold", "verify_cold", *FLAGS)}
         return LoopCosts(**out, drafter={k: v * factor for k, v in self.drafter.items()},
-                         pads_context=self.pads_context)
+                         pads_context=self.pads_context, level_per_row=self.level_per_row)
 
     def verify_host(self, temperature: float) -> float:
         """Host seconds per verification at `temperature` (the greedy figure where nothing was
@@ -71,5 +79,5 @@ class LoopCosts:
         return self.verify
 
 
-LOOP_TERMS = tuple(f.name for f in fields(LoopCosts) if f.name != "pads_context")
+LOOP_TERMS = tuple(f.name for f in fields(LoopCosts) if f.name not in FLAGS)
 """Every term of a loop, by field name."""

@@ -23,7 +23,7 @@ import numpy as np
 
 from specscope.errors import InputError, warn
 from specscope.files import read_toml
-from specscope.hw_profiles.loop import LOOP_KEYS, LoopCosts
+from specscope.hw_profiles.loop import FLAGS, LOOP_KEYS, LoopCosts
 from specscope.hw_profiles.runtime import RuntimeParams, parse_runtime, replace_values
 from specscope.hw_profiles.wake import Wake, parse_wake
 from specscope.names import HOST_DRAFTERS, RUNTIMES
@@ -319,7 +319,7 @@ def load_profile(name: str | Path) -> HardwareProfile:
             drafter={key[:-3]: _get(data, "drafters", key, path) * 1e-6 for key in drafters},
             **{name: _optional(data, "speculation", key, path) * 1e-6
                for key, name in LOOP_KEYS.items()},
-            pads_context=bool(data.get("speculation", {}).get("pads_context", False) is True)),
+            **{flag: data.get("speculation", {}).get(flag, False) is True for flag in FLAGS}),
         host_link_bandwidth=_optional(data, "interconnect", "host_link_gbs", path) * 1e9,
         **_host(data, path),
         wake=parse_wake(data, path),

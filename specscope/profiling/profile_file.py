@@ -138,6 +138,8 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
                 "does not speculate",
                 f"pads_context = {str(loop.pads_context).lower()}    # its batched pass reads "
                 "each row up to the longest row's context",
+                f"level_per_row = {str(loop.level_per_row).lower()}    # a draft level's host "
+                "work once per sequence",
             ]
         lines.append("")
     lines += hw.wake.toml()

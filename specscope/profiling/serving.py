@@ -16,11 +16,11 @@ difference is fitted by least squares as
     measured − priced = serve_step + serve_row × (sequences that do not speculate),
 
 the server's own work per step and per plain sequence (`LoopCosts.serve_step`, `.serve_row`;
-each at least 0), and under eager `pads_context` (the batched target's eager pass reads every
-row up to the longest row's context; graph and compile read the whole cache, which this does
-not price). The prompts are the zoo's `docstring` set, which `validate` and
-`validate --load` do not use by default, so a validation never re-prices the steps that priced
-it.
+each at least 0); it also marks `pads_context` under eager (the batched target's eager pass
+reads every row up to the longest row's context; graph and compile read the whole cache, which
+this does not price) and `level_per_row` (each row's drafter does a draft level's host work
+itself). The prompts are the zoo's `docstring` set, which `validate` and `validate --load` do
+not use by default, so a validation never re-prices the steps that priced it.
 
 `measure_wake`: the same target prefills a prompt of `WAKE_PROMPT` tokens warm, then again
 right after each gap of `WAKE_GAPS` seconds in which the process runs nothing (it sleeps); the
@@ -116,7 +116,7 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
     x, y = np.array(rows), np.array(residuals)
     step, row = _nonnegative_lstsq(x, y)
     return dataclasses.replace(hw.loop, serve_step=step, serve_row=row,
-                               pads_context=runtime.kind == "eager")
+                               pads_context=runtime.kind == "eager", level_per_row=True)
 
 
 def measure_wake(runtime: Runtime, gaps: Sequence[int | float] = WAKE_GAPS) -> Wake:

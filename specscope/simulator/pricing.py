@@ -27,6 +27,8 @@ tensor parallelism, weight bits):
 A loop whose batched pass pads (`LoopCosts.pads_context`: specscope's batched target under
 eager) reads every row's keys up to the longest row's context: its forwards are priced at the
 batch's longest context instead of the mean (the linear layers see the same tokens either way).
+A loop whose rows do their own draft-level host work (`LoopCosts.level_per_row`: specscope's
+server) pays it once per drafting request, not once per batched level.
 
 The host terms (per level, per verification, per step) are `Pricing`'s own (`host_terms`).
 
@@ -174,6 +176,7 @@ class HostTerms:
     serve_step: float = 0.0
     serve_row: float = 0.0
     pads_context: bool = False
+    level_per_row: bool = False
 
 
 def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0,
@@ -185,7 +188,8 @@ def host_terms(target: CostModel, drafter: CostModel | None, temperature: float 
     level = ref.level_host_s if drafter is not None else 0.0
     node = ref.loop.node if drafter is not None else 0.0
     return HostTerms(level, ref.verify_extra_s, ref.bookkeeping_s, ref.level_s, node,
-                     ref.loop.serve_step, ref.loop.serve_row, ref.loop.pads_context)
+                     ref.loop.serve_step, ref.loop.serve_row, ref.loop.pads_context,
+                     ref.loop.level_per_row)
 
 
 @dataclass(frozen=True)
@@ -303,7 +307,8 @@ class BatchPricer:
             return count * self._host.level_s(source)
         if self._drafter is None:
             return 0.0
-        return (self._drafter.forward(count, forwarded, context_sum / count) + self._host.level
+        host = self._host.level * (count if self._host.level_per_row else 1)
+        return (self._drafter.forward(count, forwarded, context_sum / count) + host
                 + (expanded - count) * self._host.node)
 
     def draft_s(self, contexts: Sequence[int], speculations: Sequence[Speculation]) -> float:
