@@ -79,5 +79,8 @@ class LoopCosts:
         return self.verify
 
 
-LOOP_TERMS = tuple(f.name for f in fields(LoopCosts) if f.name not in FLAGS)
-"""Every term of a loop, by field name."""
+SERVER_TERMS = ("serve_step", "serve_row")
+"""The terms of specscope's own batching server, not of a decode loop."""
+LOOP_TERMS = tuple(f.name for f in fields(LoopCosts) if f.name not in (*FLAGS, *SERVER_TERMS))
+"""Every term of a decode loop, by field name: what an engine may carry from a measured profile
+(`engine.py`; specscope's server terms and flags describe specscope's server, not the engine)."""
