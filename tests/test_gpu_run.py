@@ -299,6 +299,7 @@ def gpu_run_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     look their module up)."""
     import importlib.util
 
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its gpu_summary beside it
     spec = importlib.util.spec_from_file_location("gpu_run_helper",
                                                   ROOT / "benchmarks" / "gpu_run.py")
     module = importlib.util.module_from_spec(spec)
@@ -324,7 +325,7 @@ def test_the_load_stage_keeps_each_drafters_result_and_records_a_failure(tmp_pat
     doc = json.loads(out.read_text())
     assert doc["ngram"] == result
     assert doc["draft"] == {"error": "RuntimeError: exit 1: specscope: error: no GPU"}
-    lines = [helper._load_line(k, v) for k, v in doc.items()]
+    lines = [helper.load_line(k, v) for k, v in doc.items()]
     assert "throughput 5.0% (max 10.0%)" in lines[0] and "ranking agrees True" in lines[0]
     assert lines[1] == "validate --load (draft): FAILED " + doc["draft"]["error"]
 
