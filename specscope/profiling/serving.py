@@ -25,8 +25,9 @@ not use by default, so a validation never re-prices the steps that priced it.
 `measure_wake`: the same target prefills a prompt of `WAKE_PROMPT` tokens warm, then again
 right after each gap of `WAKE_GAPS` seconds in which the process runs nothing (it sleeps); the
 extra time over the warm prefill, median of `WAKE_REPEATS`, is the profile's `[idle]` table
-(`hw_profiles/wake.py`). On this project's 2-core CPU VM it was 10 ms after 50 ms and ~110 ms
-after 1.6 s for a 3 ms-per-token model: the VM pages out what was not touched.
+(`hw_profiles/wake.py`). On this project's 2-core CPU VM the shipped `cpu-2core` holds 5.5 ms
+after 50 ms and 52 ms after 1.6 s for a 97-token prefill of 12 ms (a run the same hour: 11 and
+108 ms): the VM pages out what was not touched.
 """
 
 from __future__ import annotations
@@ -77,11 +78,12 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
     from specscope.executor.batched_transformer import batch_target
     from specscope.executor.drafters import make_drafter
     from specscope.executor.session import load_session
+    from specscope.serving.bench import prompted_groups
     from specscope.serving.planners import make_planner
     from specscope.serving.server import Server
     from specscope.simulator.pricing import BatchPricer
     from specscope.simulator.scheduler import Limits
-    from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
+    from specscope.simulator.workload import LengthDist, WorkloadSpec
 
     session = load_session(BOOKKEEPING_TARGET, None, runtime)
     target, spec = session.target, get_model(BOOKKEEPING_TARGET)
@@ -98,17 +100,15 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
             planner, max_tree = make_planner(policy, "ngram", CHAIN + 1, CHAIN, tree)
             timed = _Timed(planner, pricer)
             count = batch * SERVE_REQUESTS_PER_ROW
-            spec = WorkloadSpec(requests=count, rate=1e9, prompt=LengthDist("fixed", 1.0),
-                                output=LengthDist("fixed", float(SERVE_OUTPUT)))
-            groups = build_groups(spec, 0, lambda i: None, lambda row: (0, 0), lambda g: 1.0)
+            workload = WorkloadSpec(requests=count, rate=1e9, prompt=LengthDist("fixed", 1.0),
+                                    output=LengthDist("fixed", float(SERVE_OUTPUT)))
+            groups = prompted_groups(workload, 0, prompts)
             served = [prompts[i % len(prompts)] for i in range(count)]
-            for group in groups:
-                group.prompt_len = group.first[0].prompt_len = len(served[group.id])
-            model = batch_target(target, batch, max(map(len, served)) + SERVE_OUTPUT + max_tree)
+            longest = max(map(len, served))
+            model = batch_target(target, batch, longest + SERVE_OUTPUT + max_tree)
             model.prepare(max_tree)
             drafters = [make_drafter("ngram", target.vocab_size) for _ in range(batch)]
-            limits = Limits(batch, max(map(len, served)) * batch + batch * max_tree, None,
-                            max_tree)
+            limits = Limits(batch, batch * (longest + max_tree), None, max_tree)
             Server(model, drafters.__getitem__, timed, limits).run(groups, served)
             for plain, measured, priced in timed.steps[1:]:  # the first step warms up
                 rows.append((1.0, plain))

@@ -100,7 +100,14 @@ def workload_groups(req: ServeBenchRequest, prompts: Sequence[Sequence[int]]) ->
                         output=LengthDist.parse(req.output_len, "--output-len"),
                         arrivals=req.arrivals, cv=req.cv, arrival_file=req.arrival_file)
     spec.check()
-    groups = build_groups(spec, req.seed, lambda i: None, lambda row: (0, 0), lambda g: 1.0)
+    return prompted_groups(spec, req.seed, prompts)
+
+
+def prompted_groups(spec: WorkloadSpec, seed: int, prompts: Sequence[Sequence[int]]
+                    ) -> list[Group]:
+    """`spec`'s arrivals and output lengths as `simulate` draws them for `seed`, request i with
+    prompt i mod len(prompts) (its length the prompt's own)."""
+    groups = build_groups(spec, seed, lambda i: None, lambda row: (0, 0), lambda g: 1.0)
     for group in groups:
         group.prompt_len = group.first[0].prompt_len = len(prompts[group.id % len(prompts)])
     return groups
