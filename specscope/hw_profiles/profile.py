@@ -261,7 +261,11 @@ def _measured(entry: dict[str, Any], where: Path, i: int) -> MeasuredTable:
 def load_profile(name: str | Path) -> HardwareProfile:
     """Load a built-in profile by name, or a profile TOML file by path."""
     path = profile_path(name)
-    data = read_toml(path, "hardware profile")
+    return profile_from_data(read_toml(path, "hardware profile"), path)
+
+
+def profile_from_data(data: dict[str, Any], path: Path) -> HardwareProfile:
+    """A profile's parsed TOML `data` checked and converted; `path` names it in errors."""
 
     def g(section: str, key: str, kind: type = float) -> Any:
         return _get(data, section, key, path, kind)

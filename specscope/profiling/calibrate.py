@@ -50,12 +50,14 @@ from specscope.atomic import write_text_atomic
 from specscope.errors import InputError, InputWarning
 from specscope.executor.runtime import Runtime
 from specscope.executor.threads import use_threads
+from specscope.files import parse_toml
 from specscope.hw_profiles.profile import (
     DATA_DIR,
     HardwareProfile,
     check_name,
     is_shipped,
     load_profile,
+    profile_from_data,
     user_profile_dir,
     warn_poor_fit,
     with_runtime,
@@ -278,11 +280,10 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
     report(total, total, "writing")
     wall = time.perf_counter() - start
     text = profile_toml(hw, m, fits, command, wall)
-    write_text_atomic(path, text)
     default = next(r for r in chosen if r.kind == hw.default_runtime)
     with warnings.catch_warnings():  # the poor-fit warnings are given once, below
         warnings.simplefilter("ignore", InputWarning)
-        written = load_profile(path)
+        written = profile_from_data(parse_toml(text, path), path)
     write_text_atomic(path, text + drift_section(written, grid.models, default))
     for fit in fits.values():
         warn_poor_fit(name, fit.runtime, fit.heldout_median_rel_err, fit.heldout_max_rel_err)
@@ -320,7 +321,7 @@ def _jobs(grid: Grid, chosen: Sequence[Runtime], specs: dict[str, ModelSpec]
 
 def drift_section(hw: HardwareProfile, models: Sequence[str], runtime: Runtime) -> str:
     """The `[drift]` section: `machine_drift`'s probe of each model under `runtime`, run on the
-    profile just written, on the machine as it was measured (what later probes divide by)."""
+    profile just measured, on the machine as it was measured (what later probes divide by)."""
     lines = []
     for model in models:
         ratio = machine_drift(hw, model, runtime)
