@@ -49,3 +49,7 @@ LOAD_POLICIES = ("none", "static", "dyspec", "smartspec")
 """Policies `validate --load` compares (specdecpp's predictor needs a trace of its own)."""
 LOAD_DRAFTERS = ("ngram", "draft")
 """Drafters `validate --load` runs: a sequence drafter on the host, a draft model."""
+EXPORT_ENGINES = ("vllm", "sglang", "tensorrt-llm", "transformers")
+"""Engines `optimize-tree --export` and `specscope export` write configurations for."""
+IMPORT_FORMATS = ("vllm-metrics", "sglang-log", "json")
+"""What `trace import --from` reads: vLLM's Prometheus text, SGLang's decode log, plain counts."""

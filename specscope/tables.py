@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich import box
@@ -179,3 +180,19 @@ def error_table(summaries: list[Any], by: str = "family") -> Table:
         table.add_row(s.group, str(s.cases), f"{s.median:.1%}", f"{s.p90:.1%}",
                       f"{s.worst:.1%}", str(s.lossy))
     return table
+
+
+def export_lines(doc: dict[str, Any]) -> list[str]:
+    """An export document as lines: the engine's configuration, its command, and the predicted
+    speedup against the unconstrained optimum when known."""
+    lines = [f"[bold]{doc['engine']}[/] ({doc['method']}): " + json.dumps(doc["config"])]
+    if "family" in doc:
+        lines.append(f"predicted {doc['predicted']:.3f}× against {doc['unconstrained']:.3f}× "
+                     f"for the best tree of all ({doc['loss']:.1%} lost to what "
+                     f"{doc['engine']} can express: {doc['family']})")
+    elif doc.get("predicted") is not None:
+        lines.append(f"optimize-tree predicted {doc['predicted']:.3f}× for this tree (the "
+                     f"file's best: {doc['unconstrained']:.3f}×)")
+    lines.append(f"command: {doc['command']}")
+    lines += [f"note: {note}" for note in doc.get("notes", [])]
+    return lines

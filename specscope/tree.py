@@ -189,6 +189,17 @@ class Tree:
         """Root-to-node paths of every node."""
         return [self.path(i) for i in range(self.size)]
 
+    def rank_paths(self) -> list[tuple[int, ...]]:
+        """Each drafted node's child ranks from the root down (`from_rank_paths`' input): how
+        engines write a static tree."""
+        return [tuple(int(self.ranks[v]) for v in self.path(node)[1:])
+                for node in range(1, self.size)]
+
+    @property
+    def is_chain(self) -> bool:
+        """Whether every drafted node is the top-ranked child of the one above."""
+        return self.depth == self.size - 1 and not self.ranks[1:].any()
+
     # ---- acceptance ----------------------------------------------------------------------
 
     def node_scores(self, p: Acceptance | Mapping[str, Acceptance]) -> np.ndarray:

@@ -84,7 +84,8 @@ def test_flags_are_bare_and_valued_options_named(capsys: pytest.CaptureFixture[s
     for shown in ("--model NAME", "--n N", "--temperature T", "--tree PATH"):
         assert f"  {shown} " in out
     out = _help(("simulate",), capsys)
-    for shown in ("--hw NAME", "--rate REQ/S", "--acceptance P1,P2,...", "-o, --output PATH",
+    for shown in ("--hw NAME", "--rate REQ/S", "--acceptance P1,P2,..|FILE",
+                  "-o, --output PATH",
                   "--prompt-len DIST"):
         assert f"  {shown} " in out
     assert "uniform:A:B" in out

@@ -21,6 +21,8 @@ from specscope.hw_profiles.profile import PROFILE_DIR_ENV
 
 PAPERS = Path(__file__).parent.parent / "examples" / "papers"
 SWEEP = 'hardware = ["h100"]\ntarget = ["llama-3.1-8b"]\ndrafter = ["ngram"]\nbudget = [4]\n'
+COUNTS = '{"drafts": 10, "accepted_per_position": [5, 2]}'
+CHAIN = '{"parents": [-1, 0], "ranks": [-1, 0], "sources": ["root", "draft"]}'
 BASE: dict[str, tuple[str, ...]] = {
     "cost": ("--hw", "h100", "--model", "llama-3.1-8b"),
     "profile-hw": ("--name", "fuzz-box", "--quick"),
@@ -34,6 +36,8 @@ BASE: dict[str, tuple[str, ...]] = {
                 "--drafters", "ngram", "-o", "{tmp}/c.parquet"),
     "train": ("--model", "tiny-code", "--steps", "1", "--out", "{tmp}/zoo"),
     "optimize-tree": ("--hw", "h100", "--acceptance", "0.6,0.2", "--budget", "8"),
+    "export": ("{tmp}/tree.json", "--engine", "vllm", "--target", "llama-3.1-8b"),
+    "import": ("{tmp}/counts.json", "--from", "json", "-o", "{tmp}/acc.json"),
     "simulate": ("--hw", "h100", "--target", "llama-3.1-8b", "--acceptance", "0.5", "--rate",
                  "1", "--requests", "2", "--seed", "0"),
     "serve-bench": ("--model", "tiny-code", "--rate", "50", "--requests", "1", "--output-len", "2",
@@ -45,7 +49,7 @@ BASE: dict[str, tuple[str, ...]] = {
 }
 """A valid invocation of each command, in a fresh folder {tmp}: the option under test is added
 after it, and the last value of an option counts."""
-GROUPS = {"synth": ("trace", "synth"), "train": ("zoo", "train")}
+GROUPS = {"synth": ("trace", "synth"), "import": ("trace", "import"), "train": ("zoo", "train")}
 SKIP = {"--json", "--help", "--force", "--quick"}
 
 
@@ -102,6 +106,8 @@ def test_malformed_values_are_one_line_never_a_traceback(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("a file, not a folder")
     (tmp_path / "s.toml").write_text(SWEEP)
+    (tmp_path / "counts.json").write_text(COUNTS)
+    (tmp_path / "tree.json").write_text(CHAIN)
     before = sorted(tmp_path.rglob("*"))
     args = [a.format(tmp=tmp_path) for a in (*GROUPS.get(name, (name,)), *BASE[name], *extra)]
     previous = signal.signal(signal.SIGALRM, _alarm)

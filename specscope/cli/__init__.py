@@ -1,9 +1,10 @@
 """The command line: parse options, call the library, print. Bad input → one stderr line, exit 2.
 
 The commands live in `predict` (cost, optimize-tree, simulate, sweep), `measure` (profile-hw,
-validate, generate, collect, trace synth, zoo train), `adapt` (online drafter adaptation) and
-`report` (dashboard, demo); `help` makes their help read like click's. This module holds the
-typer apps, registers the commands with an example each, and turns errors into one line.
+validate, generate, collect, trace synth, zoo train), `adapt` (online drafter adaptation),
+`interop` (export, trace import) and `report` (dashboard, demo); `help` makes their help read
+like click's. This module holds the typer apps, registers the commands with an example each,
+and turns errors into one line.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Annotated
 import typer
 
 from specscope import __version__
-from specscope.cli import adapt, measure, predict, report, serve
+from specscope.cli import adapt, interop, measure, predict, report, serve
 from specscope.cli.compat import USAGE_ERRORS, NoArgsIsHelpError
 from specscope.cli.help import APP_SETTINGS, Command, example
 from specscope.errors import InputError, InputWarning, first_line
@@ -44,6 +45,9 @@ COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], .
      ("specscope profile-hw --name my-laptop --device cpu --quick",)),
     (trace_app, "synth", measure.trace_synth,
      ("specscope trace synth --requests 64 --seed 1 -o out/synthetic.parquet",)),
+    (trace_app, "import", interop.trace_import,
+     ("specscope trace import metrics.txt --from vllm-metrics \\",
+      "    -o out/acceptance.json")),
     (app, "generate", measure.generate,
      ("specscope generate --model tiny-code --drafter ngram --algo sequoia \\",
       "    --budget 8 --prompts builtin:code-edit --device cpu \\",
@@ -60,6 +64,8 @@ COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], .
     (zoo_app, "train", measure.zoo_train,
      ("specscope zoo train --model tiny-code --minutes 2 --out out/zoo",)),
     (app, "optimize-tree", predict.optimize_tree, OPTIMIZE_TREE_EXAMPLE),
+    (app, "export", interop.export,
+     ("specscope export out/tree.json --engine vllm -o out/vllm.json",)),
     (app, "simulate", predict.simulate,
      ("specscope simulate --hw h100 --target llama-3.1-8b --drafter llama-68m \\",
       "    --acceptance 0.6,0.2,0.1 --policy smartspec --rate 8 --requests 500 \\",

@@ -24,6 +24,9 @@ Hw = Annotated[str, typer.Option("--hw", help="Hardware profile (a100, h100, h20
 PricedRuntime = Annotated[str | None, typer.Option(
     "--runtime", help="Runtime to price (default: the profile's own)."),
     Choices("specscope.names:RUNTIMES")]
+ExportMethod = Annotated[str | None, typer.Option(
+    help="The engine's method (default: the source's: a draft model's, or n-gram prompt "
+         "lookup), e.g. eagle3 (vllm), EAGLE3 (sglang), Eagle3 (tensorrt-llm).")]
 EngineName = Annotated[str | None, typer.Option(
     "--engine", help="Software stack to price (hw_profiles/data/engines: runtimes, tree "
                      "attention, the speculative loop's host work, the baseline's stack); "
@@ -101,6 +104,23 @@ def _csv_floats(text: str, option: str) -> list[float]:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InputError(f"{option}: expected comma-separated numbers, got {text!r}") from None
+
+
+def _acceptance_inputs(trace: Path | None, acceptance: str | None
+                       ) -> tuple[Path | None, list[float] | None]:
+    """`--trace` and `--acceptance` as every command reads them: `--acceptance` takes
+    P1,P2,... or an acceptance JSON (`trace import`'s output), and so does `--trace`."""
+    from specscope.interop.counters import read_acceptance
+
+    if trace is not None and trace.suffix == ".json":
+        if acceptance is not None:
+            raise InputError("give one of --trace and --acceptance")
+        return None, read_acceptance(trace)
+    if acceptance is None:
+        return trace, None
+    if acceptance.endswith(".json"):
+        return trace, read_acceptance(Path(acceptance))
+    return trace, _csv_floats(acceptance, "--acceptance")
 
 
 def _emit(payload: dict | list, as_json: bool, output: Path | None = None,

@@ -24,7 +24,7 @@ APP_SETTINGS: dict[str, Any] = {
 }
 """Settings of every Typer app."""
 METAVARS = {
-    "--prompts": "PROMPTS", "--acceptance": "P1,P2,...", "--budgets": "N,N,...",
+    "--prompts": "PROMPTS", "--acceptance": "P1,P2,..|FILE", "--budgets": "N,N,...",
     "--drift": "X,X,...", "--sources": "NAME,...", "--prompt-len": "DIST", "--output-len": "DIST",
     "--address": "ADDR", "--rate": "REQ/S", "--link-gbps": "GBIT/S", "--link-us": "USEC",
     "--slo-tpot-ms": "MS", "--minutes": "MIN", "--temperature": "T", "--cv": "CV",

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from specscope.cli.checks import Choices, Output, Range
+from specscope.cli.checks import Choices, Needs, Output, Range
 from specscope.cli.common import (
     ArrivalCv,
     ArrivalFile,
@@ -15,6 +15,7 @@ from specscope.cli.common import (
     AsJson,
     ChunkedPrefill,
     EngineName,
+    ExportMethod,
     Force,
     Hw,
     Images,
@@ -32,6 +33,7 @@ from specscope.cli.common import (
     TokenBudget,
     TreeAttention,
     WeightBits,
+    _acceptance_inputs,
     _check_metrics_output,
     _csv_floats,
     _csv_ints,
@@ -129,8 +131,9 @@ def cost(
 def optimize_tree(
     hw: Hw,
     trace: Annotated[Path | None, typer.Option(help="Trace parquet for acceptance.")] = None,
-    acceptance: Annotated[str | None, typer.Option(help="Positional acceptance vector "
-                                                        "(instead of a trace).")] = None,
+    acceptance: Annotated[str | None, typer.Option(help="Positional acceptance vector, or "
+                                                        "trace import's JSON (instead of a "
+                                                        "trace).")] = None,
     source: Source = None,
     target: Annotated[str | None, typer.Option(help="Target model (default: trace's, "
                                                     "else llama-2-7b).")] = None,
@@ -167,6 +170,11 @@ def optimize_tree(
     engine: EngineName = None,
     offload: Offload = 0.0,
     tree_attention: TreeAttention = "split",
+    export: Annotated[str | None, typer.Option(
+        help="Also solve for the best configuration this engine can run at the budget, "
+             "beside the unconstrained optimum (with -o or --json: that document)."),
+        Choices("specscope.names:EXPORT_ENGINES")] = None,
+    export_method: Annotated[ExportMethod, Needs(("export",), ())] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here."),
                       Output(inputs=("trace",))] = None,
@@ -176,12 +184,13 @@ def optimize_tree(
     method's tree is built under the same budget and priced on the profile's runtime."""
     from specscope.optimizers.compare import MethodOptions
     from specscope.optimizers.run import OptimizeRequest, run_optimize
-    from specscope.tables import optimize_table, pareto_table
+    from specscope.tables import export_lines, optimize_table, pareto_table
 
+    trace, vector = _acceptance_inputs(trace, acceptance)
     request = OptimizeRequest(
         hw=hw,
         trace_path=trace,
-        acceptance=None if acceptance is None else _csv_floats(acceptance, "--acceptance"),
+        acceptance=vector,
         source=source,
         target=target,
         drafter=drafter,
@@ -214,11 +223,21 @@ def optimize_tree(
                f"budget{'s' if len(sizes) > 1 else ''} (n ≤ {', '.join(map(str, sizes))}) for "
                f"{result.target} on {result.hardware}; best {best.algo} {best.speedup:.2f}× "
                f"(n = {best.n:g})")
-    if _emit(result.to_dict(), as_json, output, summary):
+    exported = None
+    if export is not None:
+        from specscope.interop.document import optimized_export
+
+        exported = optimized_export(result, export, export_method)
+        summary = (f"{export} {exported['method']}: {exported['predicted']:.2f}× against "
+                   f"{exported['unconstrained']:.2f}× unconstrained (n ≤ {max(sizes)})")
+    if _emit(exported or result.to_dict(), as_json, output, summary):
         return
     console.print(optimize_table(result))
     if budgets is not None:
         console.print(pareto_table(result))
+    if exported is not None:
+        for line in export_lines(exported):
+            console.print(line, soft_wrap=True, highlight=False)
 
 
 def simulate(
@@ -231,8 +250,9 @@ def simulate(
     trace: Annotated[Path | None, typer.Option(help="Trace parquet to replay (acceptance "
                                                     "and, by default, lengths).")] = None,
     source: Source = None,
-    acceptance: Annotated[str | None, typer.Option(help="Positional acceptance vector when no "
-                                                        "trace is given.")] = None,
+    acceptance: Annotated[str | None, typer.Option(help="Positional acceptance vector (or "
+                                                        "trace import's JSON) when no trace "
+                                                        "is given.")] = None,
     policy: Annotated[str, typer.Option(help="Per-step speculation policy (none: plain "
                                              "decoding)."),
                       Choices("specscope.simulator.policies:POLICIES")] = "none",
@@ -292,13 +312,13 @@ def simulate(
     from specscope.systems.registry import system_options as parse_system
     from specscope.trace import read_trace
 
+    trace, vector = _acceptance_inputs(trace, acceptance)
     request = SimulateRequest(
         hw=hw, target=target, drafter=drafter,
         trace=None if trace is None else read_trace(trace), source=source, policy=policy,
         tree=tree, algo=algo,
         budget=budget, max_depth=max_depth,
-        acceptance=None if acceptance is None else tuple(_csv_floats(acceptance,
-                                                                     "--acceptance")),
+        acceptance=None if vector is None else tuple(vector),
         runtime=runtime, engine=engine, offload=offload, tp=tp, weight_bits=weight_bits,
         rate=rate,
         requests=requests,

@@ -27,8 +27,8 @@ from specscope.cli.common import (
     SloTpot,
     StepRuntime,
     TokenBudget,
+    _acceptance_inputs,
     _check_metrics_output,
-    _csv_floats,
     _progress,
     _report_serving,
 )
@@ -53,7 +53,8 @@ def serve_bench(
                                                     "acceptance, specdecpp's predictor).")
                      ] = None,
     acceptance: Annotated[str | None, typer.Option(help="smartspec: positional acceptance "
-                                                        "vector when no trace is given.")] = None,
+                                                        "vector (or trace import's JSON) "
+                                                        "when no trace is given.")] = None,
     budget: PolicyBudget = 8,
     max_depth: PolicyDepth = 12,
     max_batch: MaxBatch = 4,
@@ -81,11 +82,11 @@ def serve_bench(
     from specscope.serving.bench import ServeBenchRequest, run_serve_bench
     from specscope.trace import read_trace
 
+    trace, vector = _acceptance_inputs(trace, acceptance)
     request = ServeBenchRequest(
         model=model, rate=rate, requests=requests, drafter=drafter, draft_model=draft_model,
         prompts=prompts, policy=policy, tree=tree, budget=budget, max_depth=max_depth,
-        acceptance=None if acceptance is None else tuple(_csv_floats(acceptance,
-                                                                     "--acceptance")),
+        acceptance=None if vector is None else tuple(vector),
         trace=None if trace is None else read_trace(trace), arrivals=arrivals, cv=cv,
         arrival_file=arrival_file, output_len=output_len, max_batch=max_batch,
         token_budget=token_budget, chunked_prefill=chunked_prefill, slo_tpot_ms=slo_tpot_ms,

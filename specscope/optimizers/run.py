@@ -77,6 +77,8 @@ class OptimizeResult:
     tree_attention: str = "split"
     reference: str = DP_REFERENCE
     engine: str | None = None
+    setup: Setup | None = field(default=None, repr=False, compare=False)
+    """What every method was scored on (`export` solves engines' families on it)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The `--json` document (docs/architecture.md#tree-files), plus the Pareto rows and
@@ -166,7 +168,7 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
     comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets, progress=progress)
     return OptimizeResult(profile.name, target, drafter, source, int(context), comparison,
                           pricing.target.runtime.name, pricing.target.tree_attention,
-                          engine=req.engine)
+                          engine=req.engine, setup=setup)
 
 
 def _catalogue_or(name: str | None, default: str) -> str:

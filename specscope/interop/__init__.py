@@ -1,0 +1,14 @@
+"""specscope and the serving engines, both ways.
+
+To an engine: the chosen tree as vLLM, SGLang, TensorRT-LLM or transformers take it
+(`optimize-tree --export`, `specscope export`). Each engine module writes the engine's own
+configuration (`config_for`), its command line (`command`), reads a configuration back into the
+tree the engine verifies (`parse`) and checks it by the rules the engine's source applies
+(`check`), citing the file; `families` holds the trees each engine can express and solves for
+the best of them on the optimizers' own scoring; `document` sets the export beside the
+unconstrained optimum.
+
+From an engine: `counters` turns what an engine counted (vLLM's metrics, SGLang's decode log,
+plain per-position counts) into the acceptance every `--acceptance` option takes
+(`specscope trace import`).
+"""

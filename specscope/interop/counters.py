@@ -1,0 +1,365 @@
+"""Acceptance an engine measured, for the optimizers (`specscope trace import`).
+
+An engine that speculates with a chain of L drafts counts, over N drafts (speculation steps),
+how many had their draft at position d accepted, a_d (d = 1..L; accepted at d implies accepted
+at every position above, so a_1 ≥ a_2 ≥ … ≥ a_L). Position d is verified only when the d − 1
+drafts above it were accepted, so it was tried a_{d−1} times (a_0 = N) and
+
+    P(top draft accepted at depth d | reached) = a_d / a_{d−1},
+
+each a binomial proportion with a Wilson interval (`by_depth`). specscope's positional vector
+p[k] (`--acceptance P1,P2,...`, `trace/acceptance.py`) holds, for a node reached, the chance its
+rank-k child is the one accepted, the same at every depth; its rank-0 entry pooled over depths
+is the maximum-likelihood p[0] = Σ a_d / Σ a_{d−1}, the estimate a trace gives (the fraction of
+verified positions where the top candidate was the target's token).
+
+What the counters cannot give: the lower ranks. A chain engine only ever verifies the top draft
+at each position, so p[1], p[2], … are not observed. Without `--trace` they are left out (the
+vector is [p[0]], and a tree optimised on it is a chain); with `--trace T --source S` the
+trace's ratios p_T[k] / p_T[0] are kept and scaled to the engine's p[0] (renormalised where the
+row would pass 1). Either way the document says which (`assumption`). Drafts shorter than L
+(an n-gram proposer that finds fewer tokens) make a_{d−1} an upper bound of the tries at depth
+d; when the engine counts the tokens it drafted and they fall short of N·L, the document says
+so (`notes`): the depth rates are then lower bounds.
+
+Formats: `vllm-metrics` (vLLM's Prometheus text: `vllm:spec_decode_num_drafts`,
+`…num_draft_tokens`, `…num_accepted_tokens`, `…num_accepted_tokens_per_pos` by `position`),
+`sglang-log` (SGLang's decode log lines, whose `accept len` is the mean tokens per verification:
+a chain's p[0] solves Σ_{d≤L} p^d = accept len − 1), and `json` (`{"drafts": N,
+"accepted_per_position": [a_1, …, a_L]}`, optionally `draft_tokens`, `accepted_tokens`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from specscope.errors import InputError
+from specscope.files import read_json, read_text
+from specscope.interop.families import TopK, topk_tree
+from specscope.trace.acceptance import AcceptanceModel, wilson
+from specscope.tree import DEFAULT_SOURCE, acceptance_table, scaled_acceptance
+
+FORMAT = "specscope-acceptance"
+"""The `format` of an imported acceptance document (what `--acceptance FILE.json` reads)."""
+CONFIDENCE = 0.95
+VLLM_PREFIX = "vllm:spec_decode_"
+VLLM_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                 "num_accepted_tokens_per_pos")
+
+
+@dataclass(frozen=True)
+class ChainCounts:
+    """An engine's chain counters: `drafts` N, `accepted[d-1]` = a_d, and when counted the
+    tokens drafted and accepted in all; `where` names the file (and counter) in messages."""
+
+    drafts: int
+    accepted: tuple[int, ...]
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    where: str = "counts"
+
+    def check(self) -> None:
+        """One `InputError` naming the counter that breaks the counters' own arithmetic."""
+        if self.drafts <= 0:
+            raise InputError(f"{self.where}: drafts is {self.drafts}: nothing was drafted")
+        if not self.accepted:
+            raise InputError(f"{self.where}: no per-position accepted counts")
+        above = self.drafts
+        for d, a in enumerate(self.accepted, 1):
+            if a < 0:
+                raise InputError(f"{self.where}: accepted at position {d} is negative ({a})")
+            if a > above:
+                raise InputError(f"{self.where}: accepted at position {d} ({a}) exceeds "
+                                 f"{'drafts' if d == 1 else f'accepted at position {d - 1}'} "
+                                 f"({above}): acceptance at a position implies every one above")
+            above = a
+        total = sum(self.accepted)
+        length = len(self.accepted)
+        if self.draft_tokens is not None:
+            if self.draft_tokens > self.drafts * length:
+                raise InputError(f"{self.where}: draft tokens ({self.draft_tokens}) exceed "
+                                 f"drafts × positions ({self.drafts} × {length})")
+            if total > self.draft_tokens:
+                raise InputError(f"{self.where}: accepted ({total}) exceeds draft tokens "
+                                 f"({self.draft_tokens})")
+        if self.accepted_tokens is not None and self.accepted_tokens != total:
+            raise InputError(f"{self.where}: accepted tokens ({self.accepted_tokens}) differ "
+                             f"from the per-position sum ({total})")
+
+
+def imported(counts: ChainCounts, origin: str, lower: AcceptanceModel | None = None,
+             confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """The acceptance document of `counts` (module docstring); `lower`, a trace's acceptance,
+    supplies the ratios of the ranks below the top one."""
+    counts.check()
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    a = np.array(counts.accepted, dtype=np.float64)
+    tried = np.r_[counts.drafts, a[:-1]]
+    low_d, high_d = wilson(a, tried, z)
+    hits, n = float(a.sum()), float(tried.sum())
+    (low0,), (high0,) = wilson(np.array([hits]), np.array([n]), z)
+    p0 = hits / n
+    notes = []
+    if lower is None:
+        p, low, high = np.array([p0]), np.array([low0]), np.array([high0])
+        assumption = ("ranks below the top draft are not observed by a chain engine's counters "
+                      "and are left out: the vector holds p[0] alone, so a tree optimised on it "
+                      "is a chain; give --trace to take the lower ranks' ratios from a trace")
+    else:
+        vector = np.asarray(lower.p, dtype=np.float64)
+        if vector.ndim != 1 or vector[0] <= 0:
+            raise InputError(f"--trace: source {lower.source} has no top-rank acceptance to "
+                             "scale")
+        scale = p0 / vector[0]
+        p = scaled_acceptance(vector, scale)
+        p[0] = p0
+        low, high = (scaled_acceptance(np.asarray(b, dtype=np.float64), scale)
+                     for b in (lower.low, lower.high))
+        low[0], high[0] = low0, high0
+        assumption = (f"ranks below the top draft take the trace's ratios p[k]/p[0] of source "
+                      f"{lower.source} ({lower.method}), scaled to the engine's p[0] "
+                      "(renormalised where the row would pass 1)")
+    length = len(counts.accepted)
+    if counts.draft_tokens is not None and counts.draft_tokens < counts.drafts * length:
+        notes.append(f"{counts.draft_tokens} draft tokens in {counts.drafts} drafts of up to "
+                     f"{length}: some drafts were shorter, so the depth rates (and p[0]) are "
+                     "lower bounds")
+    acceptance_table(p, "imported acceptance")
+    return {
+        "format": FORMAT,
+        "from": origin,
+        "source": DEFAULT_SOURCE if lower is None else lower.source,
+        "acceptance": p.tolist(),
+        "low": low.tolist(),
+        "high": high.tolist(),
+        "confidence": confidence,
+        "counts": {
+            "drafts": counts.drafts,
+            "accepted_per_position": list(counts.accepted),
+            "draft_tokens": counts.draft_tokens,
+            "accepted_tokens": int(hits),
+            "top_rank_tries": int(n),
+        },
+        "by_depth": [
+            {"depth": d, "tries": int(t), "accepted": int(h), "acceptance": h / t if t else 0.0,
+             "low": float(lo), "high": float(hi)}
+            for d, (t, h, lo, hi) in enumerate(zip(tried, a, low_d, high_d, strict=True), 1)
+        ],
+        "mean_accepted_length": hits / counts.drafts + 1.0,
+        "assumption": assumption,
+        "notes": notes,
+    }
+
+
+def parse_counts_json(data: object, where: str) -> ChainCounts:
+    """`{"drafts": N, "accepted_per_position": [...], "draft_tokens"?, "accepted_tokens"?}`."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"{where}: expected an object with drafts and accepted_per_position")
+    for key in ("drafts", "accepted_per_position"):
+        if key not in data:
+            raise InputError(f"{where}: missing {key}")
+    per_pos = data["accepted_per_position"]
+    if not isinstance(per_pos, list) or not per_pos:
+        raise InputError(f"{where}: accepted_per_position must be a non-empty list of counts")
+    return ChainCounts(
+        _count(data["drafts"], f"{where}: drafts"),
+        tuple(_count(v, f"{where}: accepted_per_position[{i}]") for i, v in enumerate(per_pos)),
+        *(None if data.get(k) is None else _count(data[k], f"{where}: {k}")
+          for k in ("draft_tokens", "accepted_tokens")),
+        where=where)
+
+
+def parse_vllm_metrics(text: str, where: str, model: str | None = None) -> ChainCounts:
+    """The spec-decode counters of vLLM's Prometheus text (summed over engines; `model`
+    picks one `model_name` when several served)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    models: set[str] = set()
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise InputError(f"{where}: not Prometheus text ({exc})") from None
+    for family in families:
+        name = family.name.removesuffix("_total")
+        if not name.startswith(VLLM_PREFIX):
+            continue
+        counter = name.removeprefix(VLLM_PREFIX)
+        if counter not in VLLM_COUNTERS:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            served = sample.labels.get("model_name")
+            if served is not None:
+                models.add(served)
+                if model is not None and served != model:
+                    continue
+            label = f"{VLLM_PREFIX}{counter}"
+            if not math.isfinite(sample.value) or sample.value < 0:
+                raise InputError(f"{where}: {label} is {sample.value}")
+            if counter == "num_accepted_tokens_per_pos":
+                position = sample.labels.get("position")
+                if position is None or not position.isdigit():
+                    raise InputError(f"{where}: {label} without a numeric position label")
+                per_pos[int(position)] = per_pos.get(int(position), 0.0) + sample.value
+            else:
+                values[counter] = values.get(counter, 0.0) + sample.value
+    if model is None and len(models) > 1:
+        raise InputError(f"{where}: counters of several models ({', '.join(sorted(models))}); "
+                         "pick one with --model")
+    if model is not None and model not in models:
+        raise InputError(f"{where}: no counters of --model {model} (models: "
+                         f"{', '.join(sorted(models)) or 'none labelled'})")
+    for counter in ("num_drafts", "num_accepted_tokens_per_pos"):
+        if counter not in values and not (counter.endswith("per_pos") and per_pos):
+            raise InputError(f"{where}: counter {VLLM_PREFIX}{counter} is missing")
+    missing = sorted(set(range(max(per_pos) + 1)) - set(per_pos))
+    if missing:
+        raise InputError(f"{where}: {VLLM_PREFIX}num_accepted_tokens_per_pos has no position "
+                         f"{missing[0]} (positions run 0..{max(per_pos)})")
+    return ChainCounts(
+        int(values["num_drafts"]), tuple(int(per_pos[i]) for i in range(len(per_pos))),
+        *(None if values.get(k) is None else int(values[k])
+          for k in ("num_draft_tokens", "num_accepted_tokens")),
+        where=f"{where} ({VLLM_PREFIX}*)")
+
+
+def _count(value: object, where: str) -> int:
+    """A non-negative whole count, else an `InputError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+            value) or value < 0 or value != int(value):
+        raise InputError(f"{where}: expected a whole count ≥ 0, got {value!r}")
+    return int(value)
+
+
+def read_acceptance(path: Path) -> list[float]:
+    """The vector of an acceptance document (`trace import`'s, or any JSON object with an
+    `acceptance` list) for `--acceptance FILE.json`."""
+    data = read_json(path, "acceptance file")
+    if not isinstance(data, Mapping) or "acceptance" not in data:
+        raise InputError(f"{path}: expected an object with an acceptance list (trace import's "
+                         "output)")
+    vector = data["acceptance"]
+    if not isinstance(vector, list) or not vector or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in vector):
+        raise InputError(f"{path}: acceptance must be a non-empty list of numbers")
+    table = acceptance_table(vector, f"{path}: acceptance")
+    return table[0].tolist()
+
+
+def import_file(path: Path, origin: str, model: str | None = None,
+                lower: AcceptanceModel | None = None, setting: TopK | None = None
+                ) -> dict[str, Any]:
+    """`trace import`: the acceptance document of an engine's file of format `origin`
+    (`setting`: the SGLang run's steps, top-k and draft tokens, for `sglang-log`)."""
+    if origin == "json":
+        counts = parse_counts_json(read_json(path, "counts file"), str(path))
+    elif origin == "vllm-metrics":
+        counts = parse_vllm_metrics(read_text(path, "metrics file"), str(path), model)
+    elif origin == "sglang-log":
+        if setting is None:
+            raise InputError("--from sglang-log needs --steps, --topk and --draft-tokens (the "
+                             "run's --speculative-num-steps, -eagle-topk, -num-draft-tokens)")
+        return accept_length(parse_sglang_log(read_text(path, "log file"), str(path)),
+                             setting, lower) | {"file": str(path)}
+    else:
+        raise InputError(f"--from {origin}: not one of vllm-metrics, sglang-log, json")
+    return imported(counts, origin, lower) | {"file": str(path)}
+
+
+SGLANG_LINE = re.compile(r"Decode batch.*?#running-req: (\d+).*?accept len: ([0-9.]+)")
+SGLANG_INTERVAL = 40
+"""Decode iterations between two of SGLang's decode log lines (`decode_log_interval`'s
+default): a line's `accept len` averages #running-req × this many request-steps."""
+
+
+def parse_sglang_log(text: str, where: str) -> list[tuple[int, float]]:
+    """(running requests, accept len) of every SGLang decode log line."""
+    found = [(int(m.group(1)), float(m.group(2))) for m in SGLANG_LINE.finditer(text)]
+    if not found:
+        raise InputError(f"{where}: no 'Decode batch, #running-req: R, … accept len: X' line "
+                         "(SGLang's decode log)")
+    return found
+
+
+def accept_length(lines: Sequence[tuple[int, float]], setting: TopK,
+                  lower: AcceptanceModel | None, confidence: float = CONFIDENCE
+                  ) -> dict[str, Any]:
+    """The acceptance whose SGLang tree for `setting` gives the log's mean accept length m
+    (tokens per request-step, bonus included): p[0] solved by bisection on the expected
+    tokens of `families.topk_tree`, the lower ranks in the trace's ratios when given (a tree
+    of top-k > 1 needs them). Interval: m ± z·sd/√steps mapped through the same solution, sd
+    exact for a chain (accepted drafts are a truncated geometric), else the largest a count in
+    0..S with mean m − 1 can have."""
+    steps_in = np.array([r * SGLANG_INTERVAL for r, _ in lines], dtype=np.float64)
+    lengths = np.array([m for _, m in lines])
+    if (lengths < 1).any() or (lengths > setting.steps + 1).any():
+        raise InputError(f"accept len must lie in 1..{setting.steps + 1} (S + 1) for "
+                         f"--steps {setting.steps}, got {lengths.min():g}..{lengths.max():g}")
+    if steps_in.sum() == 0:
+        raise InputError("no decode line has a running request")
+    if setting.topk > 1 and lower is None:
+        raise InputError("--topk > 1: SGLang's tree holds lower ranks the log cannot "
+                         "separate; give --trace for their ratios")
+    n = float(steps_in.sum())
+    mean = float((lengths * steps_in).sum() / n)
+
+    def vector(p0: float) -> np.ndarray:
+        if lower is None:
+            return np.array([p0])
+        ratios = np.asarray(lower.p, dtype=np.float64)
+        out = scaled_acceptance(ratios, p0 / ratios[0])
+        out[0] = p0
+        return out
+
+    def tokens(p0: float) -> float:
+        p = vector(p0)
+        return topk_tree(p, setting, DEFAULT_SOURCE).expected_tokens(p)
+
+    def solve(target: float) -> float:
+        low, high = 0.0, 1.0
+        if target >= tokens(1.0):
+            return 1.0
+        for _ in range(60):
+            mid = (low + high) / 2
+            low, high = (mid, high) if tokens(mid) < target else (low, mid)
+        return (low + high) / 2
+
+    p0 = solve(mean)
+    accepted = mean - 1
+    if setting.topk == 1:
+        tail = p0 ** np.arange(1, setting.steps + 1)  # P(accepted ≥ d)
+        variance = float((2 * np.arange(1, setting.steps + 1) - 1) @ tail - accepted**2)
+    else:
+        variance = accepted * (setting.steps - accepted)
+    half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(max(variance, 0.0) / n)
+    p = vector(p0)
+    low = vector(solve(max(1.0, mean - half)))
+    high = vector(solve(min(setting.steps + 1.0, mean + half)))
+    acceptance_table(p, "imported acceptance")
+    return {
+        "format": FORMAT, "from": "sglang-log",
+        "source": DEFAULT_SOURCE if lower is None else lower.source,
+        "acceptance": p.tolist(), "low": low.tolist(), "high": high.tolist(),
+        "confidence": confidence,
+        "counts": {"lines": len(lines), "request_steps": int(n), "mean_accept_length": mean,
+                   "steps": setting.steps, "topk": setting.topk,
+                   "draft_tokens": setting.tokens},
+        "mean_accepted_length": mean,
+        "assumption": (
+            f"request-steps per line = #running-req × {SGLANG_INTERVAL} (SGLang's default "
+            "decode_log_interval); the log's mean accept length determines one number, p[0] "
+            + ("(the chain's top-draft acceptance)" if lower is None else
+               f"with the lower ranks in the ratios of source {lower.source}")),
+        "notes": [],
+    }

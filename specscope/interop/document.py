@@ -1,0 +1,92 @@
+"""The export document: an engine's configuration of the best tree it can run, beside the best
+tree of all (`optimize-tree --export`), or of a given tree (`specscope export`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from specscope.errors import InputError
+from specscope.interop import hf_transformers, sglang, tensorrt_llm, vllm
+from specscope.interop.engine import Plan, checked_model, method_for, model_id
+from specscope.interop.families import dp_best
+from specscope.names import EXPORT_ENGINES
+from specscope.optimizers.run import OptimizeResult
+from specscope.trace.sources import draft_model
+from specscope.tree import ROOT_SOURCE, read_tree_file
+
+ENGINES: dict[str, ModuleType] = dict(zip(EXPORT_ENGINES, (vllm, sglang, tensorrt_llm,
+                                                            hf_transformers), strict=True))
+
+
+def engine_module(engine: str) -> ModuleType:
+    """The exporter of `engine`; an `InputError` naming the option for an unknown one."""
+    if engine not in ENGINES:
+        raise InputError(f"--export {engine}: not one of {', '.join(ENGINES)}")
+    return ENGINES[engine]
+
+
+def optimized_export(result: OptimizeResult, engine: str, method: str | None = None
+                     ) -> dict[str, Any]:
+    """The best configuration `engine` runs for `result`'s setup and largest budget, and the
+    unconstrained optimum: the best of every method compared, the DP over every size up to the
+    budget, and the engine's own best (a family is a subset of all trees)."""
+    module = engine_module(engine)
+    assert result.setup is not None
+    budget = max(result.comparison.pareto)
+    best = max([result.comparison.scores[0], dp_best(result.setup, budget)],
+               key=lambda s: s.speedup)
+    plan = Plan(result.setup, budget, best, result.target, result.drafter, method)
+    exported = module.export(plan)
+    if exported.score.speedup > best.speedup:
+        best = exported.score
+    predicted = exported.score.speedup
+    return {
+        "engine": engine, "method": exported.method, "config": exported.config,
+        "command": exported.command, "predicted": predicted, "unconstrained": best.speedup,
+        "loss": 1 - predicted / best.speedup, "family": exported.family,
+        "hardware": result.hardware, "target": result.target, "drafter": result.drafter,
+        "source": result.source, "budget": budget,
+        "tree": exported.score.to_dict(), "unconstrained_tree": best.to_dict(),
+        "notes": list(exported.notes),
+    }
+
+
+def tree_export(path: Path, engine: str, method: str | None = None, algo: str | None = None,
+                target: str | None = None, drafter: str | None = None) -> dict[str, Any]:
+    """`engine`'s configuration verifying the tree in `path` (a bare tree or optimize-tree
+    output: its best result, or `algo`'s), when the engine can express it; optimize-tree's
+    recorded speedups ride along when the file holds them."""
+    module = engine_module(engine)
+    found = read_tree_file(path, algo)
+    tree = found.tree
+    sources = sorted(set(tree.sources) - {ROOT_SOURCE})
+    if len(sources) > 1:
+        raise InputError(f"{path}: the tree mixes sources {sources}; an engine drafts from one "
+                         "(pick a single-source method's tree with --algo)")
+    source = sources[0] if sources else (found.source or "draft")
+    chosen = method_for(source, method, engine, module.BY_SOURCE, module.METHODS)
+    if target is None and found.target is None:
+        raise InputError(f"{path} holds a bare tree: give --target (the served model)")
+    target = checked_model(target, "--target") if target else str(found.target)
+    draft = model_id(draft_model(source) or (checked_model(drafter, "--drafter") if drafter
+                                             else "draft"))
+    config = module.config_for(tree, chosen, draft)
+    rows = _results(path)
+    mine = next((r for r in rows if r.get("algo") == found.algo), None)
+    return {
+        "engine": engine, "method": chosen, "config": config,
+        "command": module.command(config, model_id(target)),
+        "predicted": None if mine is None else mine.get("speedup"),
+        "unconstrained": max((r.get("speedup", 0.0) for r in rows), default=None),
+        "target": target, "source": source, "tree": tree.to_dict(),
+        "notes": [module.TREE_NOTE] if hasattr(module, "TREE_NOTE") else [],
+    }
+
+
+def _results(path: Path) -> list[dict[str, Any]]:
+    from specscope.files import read_json
+
+    data = read_json(path, "tree file")
+    return list(data.get("results", [])) if isinstance(data, dict) else []

@@ -1,0 +1,94 @@
+"""What every engine exporter takes and returns, and the names an engine's command needs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from specscope.errors import InputError
+from specscope.models import get_model, list_models
+from specscope.optimizers.compare import Setup
+from specscope.optimizers.scoring import Score
+from specscope.trace.sources import draft_model
+from specscope.tree import DEFAULT_SOURCE
+
+SEQUENCE_PROPOSERS = ("ngram", "suffix")
+"""Sources an engine's prompt-lookup (n-gram) proposer stands for."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an export is solved on: the optimizers' setup (acceptance of `setup.source`, the
+    pricing, the depth cap), the budget, the best tree over all trees, the models served
+    (catalogue names), and the engine method asked for (None: the source's default)."""
+
+    setup: Setup
+    budget: int
+    unconstrained: Score
+    target: str
+    drafter: str
+    method: str | None = None
+
+    @property
+    def source(self) -> str:
+        return self.setup.source
+
+    def draft_id(self) -> str:
+        """The draft model's Hugging Face id (`model_id`)."""
+        return model_id(draft_model(self.source) or self.drafter)
+
+
+@dataclass(frozen=True)
+class Export:
+    """One engine's configuration: `config`, exactly what its API takes; `command`, the same
+    on its command line; `score`, the tree the engine verifies, priced as specscope prices
+    every tree; `family`, what the engine can express."""
+
+    engine: str
+    method: str
+    config: dict[str, Any]
+    command: str
+    score: Score
+    family: str
+    notes: tuple[str, ...] = ()
+
+
+HF_ID = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
+MODEL_REF = re.compile(r"[\w.-]+(/[\w.-]+)*/?")
+
+
+def checked_model(name: str, option: str) -> str:
+    """`name` when it is a catalogue model, a Hugging Face id (org/name) or a path; an
+    `InputError` naming `option` otherwise."""
+    if name in list_models() or MODEL_REF.fullmatch(name):
+        return name
+    raise InputError(f"{option} {name!r}: not a catalogue model, a Hugging Face id (org/name) "
+                     "or a path")
+
+
+def model_id(name: str) -> str:
+    """A catalogue model's Hugging Face id, as its catalogue entry cites it (the name itself
+    when the entry cites none, or for a model outside the catalogue)."""
+    if name not in list_models():
+        return name
+    found = HF_ID.search(get_model(name).source)
+    return found.group(1) if found else name
+
+
+def method_for(source: str, method: str | None, engine: str, by_source: dict[str, str],
+               known: tuple[str, ...]) -> str:
+    """The engine method: `method` if it is one of `known`, else the default of `source`'s
+    kind in `by_source` (keys: "ngram", "suffix", "draft"); an `InputError` naming the option
+    or the source otherwise."""
+    if method is not None:
+        if method not in known:
+            raise InputError(f"--export-method {method}: not a {engine} method "
+                             f"({', '.join(known)})")
+        return method
+    kind = source if source in SEQUENCE_PROPOSERS else (
+        "draft" if draft_model(source) or source == DEFAULT_SOURCE else source)
+    if kind not in by_source:
+        raise InputError(f"{engine} has no proposer for source {source!r} (it runs "
+                         f"{', '.join(sorted(by_source))}); name one with --export-method")
+    return by_source[kind]

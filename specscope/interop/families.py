@@ -1,0 +1,207 @@
+"""The trees an engine can run, and the best of them on the same acceptance and hardware.
+
+specscope's optimizers choose among all trees of a budget. An engine runs a narrower family:
+
+- `chain`: L drafts, each the top candidate of the one above (transformers' assisted and
+  prompt-lookup generation, every engine's draft-model and n-gram proposers);
+- `topk`: SGLang's EAGLE tree, set by (steps s, top-k k, draft tokens N). At step 1 the draft
+  proposes the root's top k; at each further step every node of the beam (the k best of the
+  step before, by cumulative draft probability) proposes its top k, and the k best of those k²
+  become the next beam; of all k + (s − 1)k² candidates the N − 1 best are verified with the
+  root (`sglang.py` cites the code). Valued here with the positional acceptance standing for
+  the draft's probabilities, as `dyspec`'s and `eagle2`'s score trees;
+- `levels`: vLLM's `speculative_token_tree` (≤ 0.20.2), drafted level by level with every
+  node at depth d − 1 taking its top b_d tokens: a per-level branching (b_1, …, b_D);
+- `paths`: TensorRT-LLM's `eagle_choices`, a static tree of paths of child ranks in which each
+  node's children are its top ranks (`contiguous`): every tree the DP builds.
+
+`best_*` return the family's best tree by predicted speedup under the optimizers' one scoring
+(`optimizers.scoring.score_tree`), so the family optimum is never above the unconstrained one
+when that search covers the family (the DP is exact over ranks-and-depth trees).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from specscope.errors import InputError
+from specscope.optimizers.compare import Setup, compare
+from specscope.optimizers.scoring import Score, score_tree
+from specscope.tree import ROOT_SOURCE, Tree, acceptance_table
+
+
+def _score(setup: Setup, algo: str, tree: Tree) -> Score:
+    return score_tree(algo, tree, setup.value(tree), setup.pricing, setup.trace)
+
+
+def _best(setup: Setup, algo: str, trees: Iterable[Tree]) -> Score:
+    """The highest predicted speedup among `trees` (the first of equals: callers list the
+    cheaper setting first)."""
+    best: Score | None = None
+    for tree in trees:
+        scored = _score(setup, algo, tree)
+        if best is None or scored.speedup > best.speedup * (1 + 1e-12):
+            best = scored
+    if best is None:
+        raise InputError(f"{algo}: no tree of this family fits the budget")
+    return best
+
+
+def depth_limit(budget: int, max_depth: int | None, engine_depth: int | None = None) -> int:
+    """The deepest draft a budget of `budget` nodes allows under both depth caps."""
+    caps = [budget - 1, *(c for c in (max_depth, engine_depth) if c is not None)]
+    return max(0, min(caps))
+
+
+def best_chain(setup: Setup, budget: int, engine_depth: int | None = None) -> Score:
+    """The best chain of at most `budget` nodes (at least one draft when the budget allows)."""
+    cap = depth_limit(budget, setup.max_depth, engine_depth)
+    return _best(setup, "chain", (Tree.chain(length, setup.source)
+                                  for length in range(min(1, cap), cap + 1)))
+
+
+@dataclass(frozen=True)
+class TopK:
+    """SGLang's tree setting: draft steps, top-k per step, tokens verified (root included)."""
+
+    steps: int
+    topk: int
+    tokens: int
+
+    @property
+    def candidates(self) -> int:
+        """Nodes drafted: k at the first step, k² at every further step."""
+        return self.topk + (self.steps - 1) * self.topk**2
+
+
+def topk_tree(p: np.ndarray, setting: TopK, source: str) -> Tree:
+    """The tree SGLang verifies for `setting` when the draft's probabilities are the
+    positional acceptance `p` (a vector, or a depth table whose last row repeats): the
+    `tokens − 1` best of the beam search's candidates by cumulative score (module docstring).
+    Ties keep the earlier candidate, so every node comes after its parent."""
+    table = acceptance_table(p, "acceptance")
+
+    def rate(depth: int, rank: int) -> float:
+        row = table[min(depth, table.shape[0]) - 1]
+        return float(row[rank]) if rank < row.size else 0.0
+
+    # candidate: (score, order, parent candidate or -1, rank, depth)
+    candidates: list[tuple[float, int, int, int, int]] = []
+    beam: list[int] = []
+    for step in range(1, setting.steps + 1):
+        parents = [(-1, 1.0)] if step == 1 else [(c, candidates[c][0]) for c in beam]
+        made = []
+        for parent, score in parents:
+            for rank in range(setting.topk):
+                made.append(len(candidates))
+                candidates.append((score * rate(step, rank), len(candidates), parent, rank, step))
+        beam = heapq.nsmallest(setting.topk, made, key=lambda c: (-candidates[c][0], c))
+    kept = sorted(heapq.nsmallest(setting.tokens - 1, range(len(candidates)),
+                                  key=lambda c: (-candidates[c][0], c)))
+    index = {c: i + 1 for i, c in enumerate(kept)}
+    parents = [-1] + [0 if candidates[c][2] < 0 else index[candidates[c][2]] for c in kept]
+    ranks = [-1] + [candidates[c][3] for c in kept]
+    return Tree.from_parents(parents, ranks, [ROOT_SOURCE] + [source] * len(kept))
+
+
+def topk_settings(budget: int, max_depth: int | None, max_topk: int,
+                  valid: Callable[[TopK], bool] = lambda s: True) -> list[TopK]:
+    """Every (steps, top-k, tokens) that fits `budget` nodes and the depth cap, cheapest first."""
+    cap = depth_limit(budget, max_depth)
+    out = []
+    for steps in range(1, cap + 1):
+        for topk in range(1, max_topk + 1):
+            most = min(budget, TopK(steps, topk, 0).candidates + 1)
+            for tokens in range(2, most + 1):
+                setting = TopK(steps, topk, tokens)
+                if valid(setting):
+                    out.append(setting)
+    return out
+
+
+def best_topk(setup: Setup, budget: int, max_topk: int,
+              valid: Callable[[TopK], bool] = lambda s: True) -> tuple[TopK, Score]:
+    """SGLang's best (steps, top-k, tokens) within `budget` nodes, and its scored tree; steps
+    trimmed to the tree's depth (the same tree, fewer draft forwards)."""
+    p = np.asarray(setup.p)
+    best: tuple[TopK, Score] | None = None
+    seen: dict[Tree, Score] = {}
+    for setting in topk_settings(budget, setup.max_depth, max_topk, valid):
+        tree = topk_tree(p, setting, setup.source)
+        scored = seen.get(tree)
+        if scored is None:
+            scored = seen[tree] = _score(setup, "sglang", tree)
+        if best is None or scored.speedup > best[1].speedup * (1 + 1e-12):
+            best = (setting, scored)
+    if best is None:
+        raise InputError(f"--budget {budget}: SGLang's tree needs at least 2 tokens")
+    setting, scored = best
+    trimmed = TopK(max(1, scored.tree.depth), setting.topk, setting.tokens)
+    return (trimmed if valid(trimmed) else setting), scored
+
+
+def branchings(budget: int, cap: int) -> list[tuple[int, ...]]:
+    """Every per-level branching (b_1, …, b_D) whose tree fits `budget` nodes and depth `cap`,
+    shallow and narrow first."""
+    out: list[tuple[int, ...]] = []
+
+    def grow(prefix: tuple[int, ...], width: int, nodes: int) -> None:
+        out.append(prefix)
+        if len(prefix) == cap:
+            return
+        b = 1
+        while nodes + width * b <= budget - 1:
+            grow((*prefix, b), width * b, nodes + width * b)
+            b += 1
+
+    grow((), 1, 0)
+    return sorted(out[1:], key=lambda b: (len(b), b))
+
+
+def level_tree(branching: tuple[int, ...], source: str) -> Tree:
+    """Every node at depth d − 1 with children of ranks 0..b_d − 1 (vLLM's tree drafting)."""
+    paths: list[tuple[int, ...]] = [()]
+    level: list[tuple[int, ...]] = [()]
+    for b in branching:
+        level = [(*path, rank) for path in level for rank in range(b)]
+        paths += level
+    return Tree.from_rank_paths(paths, source)
+
+
+def best_levels(setup: Setup, budget: int) -> tuple[tuple[int, ...], Score]:
+    """The best per-level branching within `budget` nodes and the depth cap, and its tree."""
+    cap = depth_limit(budget, setup.max_depth)
+    options = branchings(budget, cap)
+    if not options:
+        raise InputError(f"--budget {budget}: a tree needs at least 2 nodes")
+    scored = [(b, _score(setup, "levels", level_tree(b, setup.source))) for b in options]
+    return max(scored, key=lambda pair: pair[1].speedup)
+
+
+def contiguous(tree: Tree) -> str | None:
+    """Why `tree` is not a single-source tree whose every node's children hold ranks
+    0..c − 1 (a static tree of paths an EAGLE-style engine drafts top-c per node), or None."""
+    sources = set(tree.sources) - {ROOT_SOURCE}
+    if len(sources) > 1:
+        return f"it mixes sources {sorted(sources)}"
+    for children in tree.children:
+        ranks = sorted(int(tree.ranks[c]) for c in children)
+        if ranks != list(range(len(ranks))):
+            return f"a node's children hold ranks {ranks}, not 0..{len(ranks) - 1}"
+    return None
+
+
+def dp_best(setup: Setup, budget: int) -> Score:
+    """The DP's best tree of at most `budget` nodes by predicted speedup (every size and depth
+    up to the caps: `optimizers.compare`'s hardware-aware choice)."""
+    return compare(setup, ["sequoia"], budgets=[budget]).scores[0]
+
+
+def best_paths(setup: Setup, budget: int, unconstrained: Score) -> Score:
+    """The best static tree of paths: the unconstrained best when it is one (`contiguous`),
+    else the DP's (whose children are always each node's top ranks)."""
+    return unconstrained if contiguous(unconstrained.tree) is None else dp_best(setup, budget)
