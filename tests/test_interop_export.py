@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +152,26 @@ def test_sglang_export_round_trips_and_keeps_its_rules() -> None:
     assert flags[flags.index("--speculative-eagle-topk") + 1] == str(setting.topk)
 
 
+def test_sglang_documented_command_round_trips() -> None:
+    """SGLang's documented launch line (EAGLE3 on Llama 3.1 8B: 5 steps, top-4, 8 tokens):
+    its flags read into the setting, whose tree specscope writes back into flags whose tree is
+    the same."""
+    line = ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
+            "--speculative-algorithm EAGLE3 --speculative-draft-model-path "
+            "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B --speculative-num-steps 5 "
+            "--speculative-eagle-topk 4 --speculative-num-draft-tokens 8")
+    words = line.split()
+    config = {w[2:].replace("-", "_"): (int(v) if v.isdigit() else v)
+              for w, v in pairwise(words) if w.startswith("--speculative")}
+    tree = sglang.parse(config, P)
+    assert tree.size == 8
+    back = sglang.config_for(tree, "EAGLE3", config["speculative_draft_model_path"])
+    assert sglang.parse(back, P) == tree
+    assert sglang.command(back, "meta-llama/Llama-3.1-8B-Instruct").startswith(
+        "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
+        "--speculative-algorithm EAGLE3")
+
+
 @pytest.mark.parametrize(("change", "word"), [
     ({"speculative_eagle_topk": 1}, "steps \\+ 1"),
     ({"speculative_num_draft_tokens": 40}, "must lie in 2..11"),
@@ -191,6 +212,26 @@ def test_trt_documented_choices_round_trip() -> None:
     assert tensorrt_llm.parse(back) == tree
 
 
+MC_SIM_7B_63 = [  # cpp/include/tensorrt_llm/runtime/medusaModule.h, the default tree
+    [0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4], [2, 0],
+    [0, 5], [0, 0, 1], [5], [0, 6], [6], [0, 7], [0, 1, 0], [1, 1], [7], [0, 8], [0, 0, 2],
+    [3, 0], [0, 9], [8], [9], [1, 0, 0], [0, 2, 0], [1, 2], [0, 0, 3], [4, 0], [2, 1], [0, 0, 4],
+    [0, 0, 5], [0, 0, 0, 0], [0, 1, 1], [0, 0, 6], [0, 3, 0], [5, 0], [1, 3], [0, 0, 7],
+    [0, 0, 8], [0, 0, 9], [6, 0], [0, 4, 0], [1, 4], [7, 0], [0, 1, 2], [2, 0, 0], [3, 1],
+    [2, 2], [8, 0], [0, 5, 0], [1, 5], [1, 0, 1], [0, 2, 1], [9, 0], [0, 6, 0], [0, 0, 0, 1],
+    [1, 6], [0, 7, 0]]
+
+
+def test_trt_default_tree_round_trips() -> None:
+    config = {"decoding_type": "Eagle3", "max_draft_len": 4, "speculative_model": "d",
+              "eagle_choices": MC_SIM_7B_63}
+    tree = tensorrt_llm.parse(config)
+    assert tree.size == 64 and tree.depth == 4
+    back = tensorrt_llm.config_for(tree, "Eagle3", "d")
+    assert back["eagle_choices"] == trt_reads(config)
+    assert sorted(map(tuple, back["eagle_choices"])) == sorted(map(tuple, MC_SIM_7B_63))
+
+
 def test_trt_eagle_export_is_the_optimum_when_it_can_be() -> None:
     result = optimized()
     doc = optimized_export(result, "tensorrt-llm", "Eagle3")
@@ -221,10 +262,9 @@ def test_transformers_takes_the_export(tmp_path: Path) -> None:
     """transformers itself: the assistant's settings are its GenerationConfig's, and assisted
     and prompt-lookup generation run with them, drafting the exported chain, losslessly."""
     import torch
+    from tiny_pair import save_tiny_llama
     from transformers import GenerationConfig, LlamaForCausalLM
     from transformers.generation import candidate_generator
-
-    from tests.tiny_pair import save_tiny_llama
 
     target = LlamaForCausalLM.from_pretrained(save_tiny_llama(tmp_path / "t", 64, 2))
     assistant = LlamaForCausalLM.from_pretrained(save_tiny_llama(tmp_path / "a", 64, 1))
@@ -275,6 +315,15 @@ def test_constrained_never_beats_unconstrained(hw: str, p: list[float]) -> None:
         assert doc["predicted"] <= doc["unconstrained"] + 1e-12
         assert doc["unconstrained"] >= result.comparison.scores[0].speedup - 1e-12
         assert 0 <= doc["loss"] < 1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_chain_only_stack_exports_chains(engine: str) -> None:
+    result = optimized(budget=8, hw="a100", engine="hf-eager")
+    method = {"vllm": "eagle3", "sglang": "EAGLE3", "tensorrt-llm": "Eagle3"}.get(engine)
+    doc = optimized_export(result, engine, method)
+    assert Tree.from_dict(doc["tree"]["tree"]).is_chain
+    assert doc["predicted"] <= doc["unconstrained"] + 1e-12
 
 
 def test_best_chain_is_the_best_chain() -> None:

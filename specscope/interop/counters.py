@@ -56,43 +56,62 @@ VLLM_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
 
 
 @dataclass(frozen=True)
+class Names:
+    """What a format calls each counter, for messages (`position` takes the 1-based d)."""
+
+    drafts: str = "drafts"
+    position: str = "accepted_per_position[{index}]"
+    draft_tokens: str = "draft_tokens"
+    accepted_tokens: str = "accepted_tokens"
+
+    def at(self, d: int) -> str:
+        return self.position.format(index=d - 1)
+
+
+VLLM_NAMES = Names(f"{VLLM_PREFIX}num_drafts",
+                   f'{VLLM_PREFIX}num_accepted_tokens_per_pos{{{{position="{{index}}"}}}}',
+                   f"{VLLM_PREFIX}num_draft_tokens", f"{VLLM_PREFIX}num_accepted_tokens")
+
+
+@dataclass(frozen=True)
 class ChainCounts:
     """An engine's chain counters: `drafts` N, `accepted[d-1]` = a_d, and when counted the
-    tokens drafted and accepted in all; `where` names the file (and counter) in messages."""
+    tokens drafted and accepted in all; `where` names the file and `names` the counters in
+    messages."""
 
     drafts: int
     accepted: tuple[int, ...]
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
     where: str = "counts"
+    names: Names = Names()
 
     def check(self) -> None:
         """One `InputError` naming the counter that breaks the counters' own arithmetic."""
+        n, where = self.names, self.where
         if self.drafts <= 0:
-            raise InputError(f"{self.where}: drafts is {self.drafts}: nothing was drafted")
+            raise InputError(f"{where}: {n.drafts} is {self.drafts}: nothing was drafted")
         if not self.accepted:
-            raise InputError(f"{self.where}: no per-position accepted counts")
-        above = self.drafts
+            raise InputError(f"{where}: no {n.at(1)}: no per-position accepted counts")
+        above, above_name = self.drafts, n.drafts
         for d, a in enumerate(self.accepted, 1):
-            if a < 0:
-                raise InputError(f"{self.where}: accepted at position {d} is negative ({a})")
             if a > above:
-                raise InputError(f"{self.where}: accepted at position {d} ({a}) exceeds "
-                                 f"{'drafts' if d == 1 else f'accepted at position {d - 1}'} "
-                                 f"({above}): acceptance at a position implies every one above")
-            above = a
+                raise InputError(f"{where}: {n.at(d)} ({a}) exceeds {above_name} ({above}): "
+                                 "a draft accepted at a position was accepted at every one "
+                                 "above")
+            above, above_name = a, n.at(d)
         total = sum(self.accepted)
         length = len(self.accepted)
         if self.draft_tokens is not None:
             if self.draft_tokens > self.drafts * length:
-                raise InputError(f"{self.where}: draft tokens ({self.draft_tokens}) exceed "
-                                 f"drafts × positions ({self.drafts} × {length})")
+                raise InputError(f"{where}: {n.draft_tokens} ({self.draft_tokens}) exceeds "
+                                 f"{n.drafts} × positions ({self.drafts} × {length})")
             if total > self.draft_tokens:
-                raise InputError(f"{self.where}: accepted ({total}) exceeds draft tokens "
-                                 f"({self.draft_tokens})")
+                raise InputError(f"{where}: the accepted per position ({total} in all) exceed "
+                                 f"{n.draft_tokens} ({self.draft_tokens})")
         if self.accepted_tokens is not None and self.accepted_tokens != total:
-            raise InputError(f"{self.where}: accepted tokens ({self.accepted_tokens}) differ "
-                             f"from the per-position sum ({total})")
+            raise InputError(f"{where}: {n.accepted_tokens} ({self.accepted_tokens}) differs "
+                             f"from the sum of {n.position.format(index='*')} ({total})")
 
 
 def imported(counts: ChainCounts, origin: str, lower: AcceptanceModel | None = None,
@@ -231,7 +250,7 @@ def parse_vllm_metrics(text: str, where: str, model: str | None = None) -> Chain
         int(values["num_drafts"]), tuple(int(per_pos[i]) for i in range(len(per_pos))),
         *(None if values.get(k) is None else int(values[k])
           for k in ("num_draft_tokens", "num_accepted_tokens")),
-        where=f"{where} ({VLLM_PREFIX}*)")
+        where=where, names=VLLM_NAMES)
 
 
 def _count(value: object, where: str) -> int:

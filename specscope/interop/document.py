@@ -3,6 +3,7 @@ tree of all (`optimize-tree --export`), or of a given tree (`specscope export`).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from specscope.errors import InputError
 from specscope.interop import hf_transformers, sglang, tensorrt_llm, vllm
 from specscope.interop.engine import Plan, checked_model, method_for, model_id
-from specscope.interop.families import dp_best
+from specscope.interop.families import best_chain, dp_best
 from specscope.names import EXPORT_ENGINES
 from specscope.optimizers.run import OptimizeResult
 from specscope.trace.sources import draft_model
@@ -35,9 +36,11 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
     module = engine_module(engine)
     assert result.setup is not None
     budget = max(result.comparison.pareto)
-    best = max([result.comparison.scores[0], dp_best(result.setup, budget)],
-               key=lambda s: s.speedup)
-    plan = Plan(result.setup, budget, best, result.target, result.drafter, method)
+    plan = Plan(result.setup, budget, result.comparison.scores[0], result.target,
+                result.drafter, method)
+    best = max([plan.unconstrained, (best_chain if plan.chains_only else dp_best)(
+        result.setup, budget)], key=lambda s: s.speedup)
+    plan = dataclasses.replace(plan, unconstrained=best)
     exported = module.export(plan)
     if exported.score.speedup > best.speedup:
         best = exported.score

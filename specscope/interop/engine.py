@@ -34,6 +34,12 @@ class Plan:
     def source(self) -> str:
         return self.setup.source
 
+    @property
+    def chains_only(self) -> bool:
+        """Whether the stack priced (`--engine`) verifies chains only, so no tree is priced."""
+        engine = self.setup.pricing.engine
+        return engine is not None and engine.tree_attention == "none"
+
     def draft_id(self) -> str:
         """The draft model's Hugging Face id (`model_id`)."""
         return model_id(draft_model(self.source) or self.drafter)

@@ -53,7 +53,8 @@ def export(plan: Plan) -> Export:
         family = "chains (an n-gram trie matched breadth 1)"
     else:
         width = min(MAX_TOPK, np.asarray(plan.setup.p).shape[-1])
-        chosen, score = best_topk(plan.setup, plan.budget, width, valid)
+        chosen, score = best_topk(plan.setup, plan.budget, 1 if plan.chains_only else width,
+                                  valid)
         config = _eagle(method, plan.draft_id(), chosen)
         family = ("the N − 1 best of a top-k beam search of S steps (k + (S − 1)k² "
                   "candidates), chosen by the draft's scores at run time")

@@ -40,12 +40,13 @@ OPTIONS_FILE = "speculative.yaml"
 def export(plan: Plan) -> Export:
     """The best configuration TensorRT-LLM can run at the plan's budget."""
     method = method_for(plan.source, plan.method, ENGINE, BY_SOURCE, METHODS)
-    if method in TREE_METHODS:
+    if method in TREE_METHODS and not plan.chains_only:
         score = best_paths(plan.setup, plan.budget, plan.unconstrained)
         family = "static trees of paths, each node drafting its top ranks"
     else:
         score = best_chain(plan.setup, plan.budget)
-        family = f"chains ({method} drafts one continuation)"
+        family = "chains (the --engine priced verifies chains only)" if plan.chains_only else (
+            f"chains ({method} drafts one continuation)")
     config = config_for(score.tree, method, plan.draft_id())
     return Export(ENGINE, method, config, command(config, model_id(plan.target)), score, family)
 

@@ -47,7 +47,7 @@ def export(plan: Plan) -> Export:
     """The best configuration vLLM can run at the plan's budget."""
     method = method_for(plan.source, plan.method, ENGINE, BY_SOURCE, METHODS)
     notes = []
-    if method in TREE_METHODS:
+    if method in TREE_METHODS and not plan.chains_only:
         branching, score = best_levels(plan.setup, plan.budget)
         family = ("trees with one branching per level (every node of depth d − 1 drafts its "
                   "top b_d), vLLM ≤ 0.20.2 with TREE_ATTN; chains on every release")
@@ -57,7 +57,8 @@ def export(plan: Plan) -> Export:
                          f"{best_chain(plan.setup, plan.budget).tree.depth} drafts")
     else:
         score = best_chain(plan.setup, plan.budget)
-        family = f"chains ({method} proposes one continuation)"
+        family = "chains (the --engine priced verifies chains only)" if plan.chains_only else (
+            f"chains ({method} proposes one continuation)")
     config = config_for(score.tree, method, plan.draft_id())
     return Export(ENGINE, method, config, command(config, model_id(plan.target)), score, family,
                   tuple(notes))
