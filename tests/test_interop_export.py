@@ -14,7 +14,7 @@ import pytest
 from specscope.errors import InputError
 from specscope.interop import hf_transformers, sglang, tensorrt_llm, vllm
 from specscope.interop.document import optimized_export
-from specscope.interop.families import TopK, best_chain, level_tree, topk_tree
+from specscope.interop.families import TopK, best_chain, best_levels, level_tree, topk_tree
 from specscope.optimizers.run import OptimizeRequest, run_optimize
 from specscope.tree import Tree
 
@@ -336,10 +336,43 @@ def test_best_chain_is_the_best_chain() -> None:
 
 
 def optimized_chain(setup, length: int) -> float:
+    return optimized_tree(setup, Tree.chain(length, setup.source))
+
+
+def every_branching(budget: int, cap: int, ranks: int) -> list[tuple[int, ...]]:
+    """Every per-level branching of at most `budget` nodes, depth `cap`, b_d ≤ `ranks`."""
+    out = []
+
+    def grow(prefix: tuple[int, ...], width: int, nodes: int) -> None:
+        if prefix:
+            out.append(prefix)
+        if len(prefix) < cap:
+            for b in range(1, ranks + 1):
+                if nodes + width * b <= budget - 1:
+                    grow((*prefix, b), width * b, nodes + width * b)
+
+    grow((), 1, 0)
+    return out
+
+
+@pytest.mark.parametrize("hw", ["h100", "a100", "cpu-2core"])
+@pytest.mark.parametrize("p", [P, [0.9, 0.05], [0.8, 0.1, 0.05], [0.3, 0.25, 0.2, 0.1, 0.05]])
+def test_vllm_family_search_is_exact(hw: str, p: list[float]) -> None:
+    """The pruned search finds what scoring every branching finds (the depth cap binding
+    included, where the best widens a late level)."""
+    setup = optimized(p, budget=8, hw=hw).setup
+    for budget in (6, 16, 24):
+        _, found = best_levels(setup, budget)
+        cap = min(budget - 1, setup.max_depth)
+        brute = max(optimized_tree(setup, level_tree(b, setup.source))
+                    for b in every_branching(budget, cap, len(p)))
+        assert found.speedup == pytest.approx(brute, rel=1e-12)
+
+
+def optimized_tree(setup, tree: Tree) -> float:
     from specscope.optimizers.scoring import score_tree
 
-    tree = Tree.chain(length, setup.source)
-    return score_tree("chain", tree, setup.value(tree), setup.pricing).speedup
+    return score_tree("levels", tree, setup.value(tree), setup.pricing).speedup
 
 
 def test_level_tree_matches_its_branching() -> None:

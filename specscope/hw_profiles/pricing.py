@@ -90,8 +90,17 @@ class Pricing:
 
     def _forward_s(self, forwarded: int) -> float:
         """A draft-model level's forward of `forwarded` nodes and its per-call host work."""
-        forward = self.drafter.forward_time(self.batch, forwarded, self.context_len)
-        return float(forward) + self.level_host_s
+        found = self._memo.get(("level", forwarded))
+        if found is None:
+            forward = self.drafter.forward_time(self.batch, forwarded, self.context_len)
+            found = self._memo[("level", forwarded)] = float(forward) + self.level_host_s
+        return found
+
+    @cached_property
+    def _memo(self) -> dict[tuple, float]:
+        """Prices already computed by shape (a tree search prices the same few shapes over
+        and over; every input but the shape is a field of this frozen object)."""
+        return {}
 
     @cached_property
     def level_host_s(self) -> float:
@@ -146,12 +155,16 @@ class Pricing:
     def verify_s(self, n: int, depth: int, leaves: int | None = None) -> float:
         """Seconds for the target to verify a tree of n tokens: its forward and
         `verify_extra_s`."""
-        return float(
-            self.target.verify_time(
-                n, self.context_len, batch=self.batch, depth=depth, leaves=leaves,
-                ssm_verify=self.ssm_verify,
-            )
-        ) + self.verify_extra_s
+        key = ("verify", n, depth, leaves)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = float(
+                self.target.verify_time(
+                    n, self.context_len, batch=self.batch, depth=depth, leaves=leaves,
+                    ssm_verify=self.ssm_verify,
+                )
+            ) + self.verify_extra_s
+        return found
 
     def step_table(self, max_n: int, max_depth: int, source: str) -> np.ndarray:
         """Seconds of one step for every tree size n ≤ max_n (rows) and depth d (columns):

@@ -34,21 +34,24 @@ from specscope.optimizers.scoring import Score, score_tree
 from specscope.tree import ROOT_SOURCE, Tree, acceptance_table
 
 
-def _score(setup: Setup, algo: str, tree: Tree) -> Score:
-    return score_tree(algo, tree, setup.value(tree), setup.pricing, setup.trace)
+def _score(setup: Setup, algo: str, tree: Tree, replay: bool = True) -> Score:
+    """`tree` scored as the optimizers score it; `replay=False` skips the exact replay over
+    the trace, which the predicted speedup does not use (a search replays only its winner)."""
+    return score_tree(algo, tree, setup.value(tree), setup.pricing,
+                      setup.trace if replay else None)
 
 
 def _best(setup: Setup, algo: str, trees: Iterable[Tree]) -> Score:
     """The highest predicted speedup among `trees` (the first of equals: callers list the
-    cheaper setting first)."""
+    cheaper setting first), replayed over the trace."""
     best: Score | None = None
     for tree in trees:
-        scored = _score(setup, algo, tree)
+        scored = _score(setup, algo, tree, replay=False)
         if best is None or scored.speedup > best.speedup * (1 + 1e-12):
             best = scored
     if best is None:
         raise InputError(f"{algo}: no tree of this family fits the budget")
-    return best
+    return _score(setup, algo, best.tree)
 
 
 def depth_limit(budget: int, max_depth: int | None, engine_depth: int | None = None) -> int:
@@ -134,52 +137,65 @@ def best_topk(setup: Setup, budget: int, max_topk: int,
         tree = topk_tree(p, setting, setup.source)
         scored = seen.get(tree)
         if scored is None:
-            scored = seen[tree] = _score(setup, "sglang", tree)
+            scored = seen[tree] = _score(setup, "sglang", tree, replay=False)
         if best is None or scored.speedup > best[1].speedup * (1 + 1e-12):
             best = (setting, scored)
     if best is None:
         raise InputError(f"--budget {budget}: SGLang's tree needs at least 2 tokens")
-    setting, scored = best
+    setting, scored = best[0], _score(setup, "sglang", best[1].tree)
     trimmed = TopK(max(1, scored.tree.depth), setting.topk, setting.tokens)
     return (trimmed if valid(trimmed) else setting), scored
 
 
-def branchings(budget: int, cap: int) -> list[tuple[int, ...]]:
-    """Every per-level branching (b_1, …, b_D) whose tree fits `budget` nodes and depth `cap`,
-    shallow and narrow first."""
-    out: list[tuple[int, ...]] = []
-
-    def grow(prefix: tuple[int, ...], width: int, nodes: int) -> None:
-        out.append(prefix)
-        if len(prefix) == cap:
-            return
-        b = 1
-        while nodes + width * b <= budget - 1:
-            grow((*prefix, b), width * b, nodes + width * b)
-            b += 1
-
-    grow((), 1, 0)
-    return sorted(out[1:], key=lambda b: (len(b), b))
-
-
 def level_tree(branching: tuple[int, ...], source: str) -> Tree:
-    """Every node at depth d − 1 with children of ranks 0..b_d − 1 (vLLM's tree drafting)."""
-    paths: list[tuple[int, ...]] = [()]
-    level: list[tuple[int, ...]] = [()]
+    """Every node at depth d − 1 with children of ranks 0..b_d − 1 (vLLM's tree drafting),
+    laid out breadth-first, parent-major, as `Tree` orders nodes."""
+    parents, ranks = [-1], [-1]
+    level = [0]
     for b in branching:
-        level = [(*path, rank) for path in level for rank in range(b)]
-        paths += level
-    return Tree.from_rank_paths(paths, source)
+        start = len(parents)
+        for parent in level:
+            parents += [parent] * b
+            ranks += range(b)
+        level = list(range(start, len(parents)))
+    return Tree(np.array(parents), np.array(ranks), (ROOT_SOURCE,) + (source,) * (len(parents) - 1))
 
 
 def best_levels(setup: Setup, budget: int) -> tuple[tuple[int, ...], Score]:
-    """The best per-level branching within `budget` nodes and the depth cap, and its tree."""
+    """The best per-level branching within `budget` nodes and the depth cap, and its tree.
+
+    Exact: a depth-first search over branchings (each b_d at most the acceptance's ranks:
+    children past them are never accepted and only cost) that skips the extensions of a
+    branching when even their best case, every further level adding its reach times the
+    largest row sum of p, over this tree's own step time (an extension drafts and verifies
+    more), cannot beat the best found."""
+    table = acceptance_table(np.asarray(setup.p), "acceptance")
     cap = depth_limit(budget, setup.max_depth)
-    options = branchings(budget, cap)
-    if not options:
+    widest = float(table.sum(axis=1).max())
+    pricing = setup.pricing
+    found: list[tuple[tuple[int, ...], Score]] = []
+
+    def visit(branching: tuple[int, ...], width: int, nodes: int, reach: float) -> None:
+        scored = _score(setup, "levels", level_tree(branching, setup.source), replay=False)
+        if branching and (not found or scored.speedup > found[0][1].speedup * (1 + 1e-12)):
+            found[:] = [(branching, scored)]
+        depth = len(branching)
+        if depth == cap or nodes >= budget - 1:
+            return
+        tokens = scored.expected_tokens + reach * sum(widest**j for j in range(1, cap - depth + 1))
+        step = scored.step_time_s - pricing.accepted_s * scored.expected_tokens
+        bound = tokens / (step + pricing.accepted_s * tokens) * pricing.autoregressive_s
+        if found and bound <= found[0][1].speedup:
+            return
+        row = table[min(depth + 1, table.shape[0]) - 1]
+        for b in range(1, min(row.size, (budget - 1 - nodes) // width) + 1):
+            visit((*branching, b), width * b, nodes + width * b, reach * float(row[:b].sum()))
+
+    if cap < 1:
         raise InputError(f"--budget {budget}: a tree needs at least 2 nodes")
-    scored = [(b, _score(setup, "levels", level_tree(b, setup.source))) for b in options]
-    return max(scored, key=lambda pair: pair[1].speedup)
+    visit((), 1, 0, 1.0)
+    branching, best = found[0]
+    return branching, _score(setup, "levels", best.tree)
 
 
 def contiguous(tree: Tree) -> str | None:
