@@ -16,8 +16,9 @@ specscope's optimizers choose among all trees of a budget. An engine runs a narr
   node's children are its top ranks (`contiguous`): every tree the DP builds.
 
 `best_*` return the family's best tree by predicted speedup under the optimizers' one scoring
-(`optimizers.scoring.score_tree`), so the family optimum is never above the unconstrained one
-when that search covers the family (the DP is exact over ranks-and-depth trees).
+(`optimizers.scoring.score_tree`), each search exact over its family. A family is a subset of
+all trees, so the export's unconstrained optimum (`document.py`) is the best of the methods
+compared, the DP over every size up to the budget, and the family's own best.
 """
 
 from __future__ import annotations
@@ -54,15 +55,14 @@ def _best(setup: Setup, algo: str, trees: Iterable[Tree]) -> Score:
     return _score(setup, algo, best.tree)
 
 
-def depth_limit(budget: int, max_depth: int | None, engine_depth: int | None = None) -> int:
-    """The deepest draft a budget of `budget` nodes allows under both depth caps."""
-    caps = [budget - 1, *(c for c in (max_depth, engine_depth) if c is not None)]
-    return max(0, min(caps))
+def depth_limit(budget: int, max_depth: int | None) -> int:
+    """The deepest draft a budget of `budget` nodes allows under the depth cap."""
+    return max(0, budget - 1 if max_depth is None else min(budget - 1, max_depth))
 
 
-def best_chain(setup: Setup, budget: int, engine_depth: int | None = None) -> Score:
+def best_chain(setup: Setup, budget: int) -> Score:
     """The best chain of at most `budget` nodes (at least one draft when the budget allows)."""
-    cap = depth_limit(budget, setup.max_depth, engine_depth)
+    cap = depth_limit(budget, setup.max_depth)
     return _best(setup, "chain", (Tree.chain(length, setup.source)
                                   for length in range(min(1, cap), cap + 1)))
 
