@@ -152,6 +152,9 @@ def optimize_tree(
     context: Annotated[int | None, typer.Option(min=0, help="Context length for the cost model "
                                                             "(default: trace mean, else 512).")
                        ] = None,
+    batch: Annotated[int, typer.Option(min=1, help="Sequences verified together: every tree "
+                                                   "and the plain baseline are priced at this "
+                                                   "batch.")] = 1,
     ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0)."), Range(0)] = 0.0,
     ets_coverage: Annotated[float, typer.Option(help="ETS λ_cov over sources (authors: 0)."),
                             Range(0)] = 0.0,
@@ -200,6 +203,7 @@ def optimize_tree(
         max_depth=max_depth,
         depth_dependent=depth_dependent,
         context=context,
+        batch=batch,
         options=MethodOptions(
             ets_kv_penalty=ets_kv_penalty,
             ets_coverage=ets_coverage,
@@ -222,7 +226,8 @@ def optimize_tree(
     summary = (f"{len(result.comparison.scores)} methods × {len(sizes)} "
                f"budget{'s' if len(sizes) > 1 else ''} (n ≤ {', '.join(map(str, sizes))}) for "
                f"{result.target} on {result.hardware}; best {best.algo} {best.speedup:.2f}× "
-               f"(n = {best.n:g})")
+               f"(n = {best.n:g})" + ("" if result.speculation_pays else
+                                      f"; {result.verdict}"))
     exported = None
     if export is not None:
         from specscope.interop.document import optimized_export
@@ -235,6 +240,7 @@ def optimize_tree(
     console.print(optimize_table(result))
     if budgets is not None:
         console.print(pareto_table(result))
+    console.print(result.verdict, highlight=False, soft_wrap=True)
     if exported is not None:
         for line in export_lines(exported):
             console.print(line, soft_wrap=True, highlight=False)

@@ -45,6 +45,10 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
     if exported.score.speedup > best.speedup:
         best = exported.score
     predicted = exported.score.speedup
+    notes = list(exported.notes)
+    if predicted <= 1.0:
+        notes.append(f"no speculation pays here: plain decoding beats every configuration "
+                     f"{engine} can run at batch {result.batch} ({predicted:.2f}×)")
     return {
         "engine": engine, "method": exported.method, "config": exported.config,
         "command": exported.command, "predicted": predicted, "unconstrained": best.speedup,
@@ -52,7 +56,7 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
         "hardware": result.hardware, "target": result.target, "drafter": result.drafter,
         "source": result.source, "budget": budget,
         "tree": exported.score.to_dict(), "unconstrained_tree": best.to_dict(),
-        "notes": list(exported.notes),
+        "notes": notes,
     }
 
 

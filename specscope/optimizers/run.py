@@ -61,6 +61,7 @@ class OptimizeRequest:
     tree_attention: str = "split"
     engine: str | None = None
     offload: float = 0.0
+    batch: int = 1
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,24 @@ class OptimizeResult:
     tree_attention: str = "split"
     reference: str = DP_REFERENCE
     engine: str | None = None
+    batch: int = 1
     setup: Setup | None = field(default=None, repr=False, compare=False)
     """What every method was scored on (`export` solves engines' families on it)."""
+
+    @property
+    def speculation_pays(self) -> bool:
+        """Whether the best method beats plain decoding at this batch (speedup above 1)."""
+        return self.comparison.scores[0].speedup > 1.0
+
+    @property
+    def verdict(self) -> str:
+        """One line: speculate with the best method, or decode plainly and why."""
+        best = self.comparison.scores[0]
+        at = f"at batch {self.batch}" if self.batch > 1 else "at batch 1"
+        if self.speculation_pays:
+            return f"speculate {at}: {best.algo} predicts {best.speedup:.2f}× over plain decoding"
+        return (f"no speculation {at}: plain decoding is faster (the best tree, {best.algo}, "
+                f"predicts {best.speedup:.2f}×)")
 
     def to_dict(self) -> dict[str, Any]:
         """The `--json` document (docs/architecture.md#tree-files), plus the Pareto rows and
@@ -89,9 +106,12 @@ class OptimizeResult:
             "drafter": self.drafter,
             "source": self.source,
             "context_len": self.context_len,
+            "batch": self.batch,
             "runtime": self.runtime,
             "tree_attention": self.tree_attention,
             **({"engine": self.engine} if self.engine else {}),
+            "speculation_pays": self.speculation_pays,
+            "verdict": self.verdict,
             "results": [
                 s.to_dict() | {"dp_optimum": s.algo == self.reference}
                 for s in self.comparison.scores
@@ -125,6 +145,8 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         raise InputError(f"--max-depth must be ≥ 0, got {req.max_depth}")
     if req.context is not None and req.context < 0:
         raise InputError(f"--context must be ≥ 0, got {req.context}")
+    if req.batch < 1:
+        raise InputError(f"--batch must be ≥ 1, got {req.batch}")
     largest = req.budget if req.budget is not None else max(req.budgets or [1])
     what = f"optimize-tree {'--budget' if req.budget is not None else '--budgets'} {largest:,}"
     check_memory(largest * NODE_BYTES, what)
@@ -159,7 +181,7 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
 
     pricing = for_engine(
         req.engine, cost_model(get_model(target), req.offload),
-        None if priced is None else cost_model(priced), int(context),
+        None if priced is None else cost_model(priced), int(context), req.batch,
         temperature=0.0 if trace is None else trace.temperature,
     )
     pricing.check_fits(int(context) + max([*(req.budgets or ()), req.budget or 0]))
@@ -168,7 +190,7 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
     comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets, progress=progress)
     return OptimizeResult(profile.name, target, drafter, source, int(context), comparison,
                           pricing.target.runtime.name, pricing.target.tree_attention,
-                          engine=req.engine, setup=setup)
+                          engine=req.engine, batch=req.batch, setup=setup)
 
 
 def _catalogue_or(name: str | None, default: str) -> str:

@@ -1,0 +1,57 @@
+"""`optimize-tree --batch`: trees and the plain baseline priced at a batch, and the verdict that
+says when no speculation pays."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specscope.optimizers.run import OptimizeRequest, run_optimize
+
+ARGS = ("optimize-tree", "--hw", "a100", "--target", "llama-3.1-8b", "--drafter", "llama-3.2-1b",
+        "--acceptance", "0.5,0.15", "--budgets", "2,4,8", "--engine", "vllm", "--json")
+
+
+def best(batch: int, hw: str = "h100") -> float:
+    return run_optimize(OptimizeRequest(hw=hw, acceptance=[0.6, 0.2, 0.1, 0.05],
+                                        budgets=[4, 8, 16, 32], target="llama-3.1-8b",
+                                        drafter="llama-68m", batch=batch)
+                        ).comparison.scores[0].speedup
+
+
+def test_batch_one_is_todays_pricing(cli) -> None:
+    default = json.loads(cli(*ARGS)[1])
+    one = json.loads(cli(*ARGS, "--batch", 1)[1])
+    assert one == default and one["batch"] == 1
+
+
+@pytest.mark.parametrize("hw", ["h100", "a100"])
+def test_speedup_falls_with_batch(hw: str) -> None:
+    speedups = [best(b, hw) for b in (1, 8, 64, 256)]
+    assert speedups == sorted(speedups, reverse=True)
+    assert speedups[0] > 1.5 * speedups[-1]
+
+
+def test_the_verdict_turns_to_no_speculation(cli) -> None:
+    light = json.loads(cli(*ARGS, "--batch", 1)[1])
+    heavy = json.loads(cli(*ARGS, "--batch", 256)[1])
+    assert light["speculation_pays"] and light["verdict"].startswith("speculate at batch 1")
+    assert not heavy["speculation_pays"]
+    assert heavy["verdict"].startswith("no speculation at batch 256")
+    assert heavy["results"][0]["speedup"] < 1
+    code, out, _ = cli(*ARGS[:-1], "--batch", 256)
+    assert code == 0 and "no speculation at batch 256: plain decoding is faster" in out
+
+
+def test_export_says_when_nothing_pays(cli) -> None:
+    code, out, err = cli(*ARGS, "--batch", 256, "--export", "transformers")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["predicted"] < 1 and any("no speculation pays" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize(("batch", "word"), [(0, "--batch"), (10**7, "KV cache of batch")])
+def test_bad_batches_exit_2(cli, batch: int, word: str) -> None:
+    code, _, err = cli(*ARGS, "--batch", batch)
+    assert code == 2 and word in err and len(err.strip().splitlines()) == 1, err
