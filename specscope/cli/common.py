@@ -24,6 +24,10 @@ Hw = Annotated[str, typer.Option("--hw", help="Hardware profile (a100, h100, h20
 PricedRuntime = Annotated[str | None, typer.Option(
     "--runtime", help="Runtime to price (default: the profile's own)."),
     Choices("specscope.names:RUNTIMES")]
+Stages = Annotated[int, typer.Option(
+    min=1, help="Devices the target's layers are split over in sequence (pipeline placement, "
+                "as device_map does): each forward runs them in turn and hands the hidden "
+                "states between them.")]
 ExportMethod = Annotated[str | None, typer.Option(
     help="The engine's method (default: the source's: a draft model's, or n-gram prompt "
          "lookup), e.g. eagle3 (vllm), EAGLE3 (sglang), Eagle3 (tensorrt-llm).")]

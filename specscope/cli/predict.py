@@ -27,6 +27,7 @@ from specscope.cli.common import (
     PricedRuntime,
     Seed,
     SloTpot,
+    Stages,
     SystemName,
     SystemOptions,
     TensorParallel,
@@ -61,6 +62,7 @@ def cost(
         512),
     weight_bits: WeightBits = None,
     tp: TensorParallel = 1,
+    stages: Stages = 1,
     group_size: Annotated[int, typer.Option(min=1, help="Weights per 4-bit quantisation "
                                                         "group.")] = 128,
     runtime: PricedRuntime = None,
@@ -90,12 +92,12 @@ def cost(
             raise InputError(f"{'--draft' if draft else '--images'} needs --system")
         cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
                        group_size=group_size, runtime=runtime, tree_attention=tree_attention,
-                       offload=offload)
+                       offload=offload, stages=stages)
     else:
-        if tree_attention != "split" or group_size != 128 or offload:
-            raise InputError("--tree-attention, --group-size and --offload price the plain "
-                             "model; a --system deploys its own (split attention, 128-weight "
-                             "groups, no offloading)")
+        if tree_attention != "split" or group_size != 128 or offload or stages > 1:
+            raise InputError("--tree-attention, --group-size, --offload and --stages price the "
+                             "plain model; a --system deploys its own (split attention, "
+                             "128-weight groups, no offloading, one stage)")
         deployed = deploy(system, hw, model, draft=draft, weight_bits=weight_bits, tp=tp,
                           runtime=runtime, images=images, options=options)
         cm, drafter = deployed.target, deployed.drafter
@@ -155,6 +157,15 @@ def optimize_tree(
     batch: Annotated[int, typer.Option(min=1, help="Sequences verified together: every tree "
                                                    "and the plain baseline are priced at this "
                                                    "batch.")] = 1,
+    draft_window: Annotated[int | None, typer.Option(
+        min=1, help="Tokens the draft keeps and reads (capped-KV self-speculation, a draft "
+                    "with a bounded cache; default: the whole context).")] = None,
+    draft_tp: Annotated[int, typer.Option(min=1, help="Devices the draft is sharded over.")
+                        ] = 1,
+    draft_vocab: Annotated[int | None, typer.Option(
+        min=1, help="The draft's vocabulary (an EAGLE-3 head's reduced one; default: the "
+                    "draft model's own).")] = None,
+    stages: Stages = 1,
     ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0)."), Range(0)] = 0.0,
     ets_coverage: Annotated[float, typer.Option(help="ETS λ_cov over sources (authors: 0)."),
                             Range(0)] = 0.0,
@@ -204,6 +215,10 @@ def optimize_tree(
         depth_dependent=depth_dependent,
         context=context,
         batch=batch,
+        draft_window=draft_window,
+        draft_tp=draft_tp,
+        draft_vocab=draft_vocab,
+        stages=stages,
         options=MethodOptions(
             ets_kv_penalty=ets_kv_penalty,
             ets_coverage=ets_coverage,

@@ -36,6 +36,7 @@ from specscope.errors import InputError
 from specscope.hw_profiles.profile import HardwareProfile
 from specscope.hw_profiles.runtime import RuntimeParams
 from specscope.models.ops import (
+    ACT_BYTES,
     SSM_VERIFY,
     OpCost,
     bytes_per_weight,
@@ -86,6 +87,10 @@ class CostModel:
     int8 peak; 8-bit weights then need no dequantisation, 4-bit ones still unpack at the int4
     rate; the per-token activation quantisation is an elementwise pass, left out).
     `quant_lm_head` False keeps the lm_head at 16 bits (GPTQ/Marlin checkpoints).
+    `stages` splits the layers over that many devices in sequence (pipeline placement, as
+    `device_map` places a model too big for one): a forward runs the stages one after another
+    (the bubble: no overlap, at any batch) and hands the hidden states over the interconnect
+    between them, each hop an all-reduce's fixed latency plus the activations over a link.
     `offload` is the fraction of the weights kept in host memory and streamed to the device
     over its host link (`host_link_gbs`) in every forward, as offloading engines (FlexGen,
     Sequoia's and SpecInfer's offloading runs) do; with `offload_overlap` the stream runs under
@@ -97,8 +102,11 @@ class CostModel:
                  tp: int = 1, group_size: int = 128, runtime: str | None = None,
                  tree_attention: str = "split", act_bits: int = 16,
                  quant_lm_head: bool = True, offload: float = 0.0,
-                 offload_overlap: bool = True) -> None:
+                 offload_overlap: bool = True, stages: int = 1) -> None:
         bits = model.weight_bits if weight_bits is None else weight_bits
+        if not 1 <= stages <= model.n_layers:
+            raise InputError(f"--stages {stages}: must lie in 1..{model.n_layers} (the layers of "
+                             f"{model.name})")
         bytes_per_weight(bits, group_size)
         if act_bits not in (16, 8):
             raise InputError(f"activation bits {act_bits} must be 16 or 8")
@@ -116,6 +124,7 @@ class CostModel:
             raise InputError(f"profile {hw.name} states no host link ([interconnect] "
                              "host_link_gbs) to stream offloaded weights over")
         self.offload, self.offload_overlap = offload, offload_overlap
+        self.stages = stages
         self.hw, self.model = hw, model
         self.runtime: RuntimeParams = hw.runtime(runtime)
         self.weight_bits, self.tp, self.group_size = bits, tp, group_size
@@ -129,7 +138,7 @@ class CostModel:
                    group_size=self.group_size, runtime=self.runtime.name,
                    tree_attention=self.tree_attention, act_bits=self.act_bits,
                    quant_lm_head=self.quant_lm_head, offload=self.offload,
-                   offload_overlap=self.offload_overlap, **extra)
+                   offload_overlap=self.offload_overlap, stages=self.stages, **extra)
 
     def under(self, runtime: str | None = None, tree_attention: str | None = None,
               host_layer_ratio: float = 1.0) -> CostModel:
@@ -275,7 +284,16 @@ class CostModel:
             device = device + terms["offload"]
         host = self.host_time(context_len) + self.batch_host_time(batch)
         terms["host"] = np.maximum(host - device, 0.0) if self.hw.kind == "gpu" else host
+        if self.stages > 1:
+            terms["pipeline"] = self.pipeline_time(batch, new_tokens)
         return timed, terms
+
+    def pipeline_time(self, batch: Num, new_tokens: Num) -> np.ndarray:
+        """Seconds a forward spends handing its hidden states from stage to stage (`stages`)."""
+        hidden = np.asarray(batch, dtype=float) * np.asarray(new_tokens, dtype=float) * (
+            self.model.d_model * ACT_BYTES)
+        return (self.stages - 1) * (self.hw.allreduce_latency_s
+                                    + hidden / self.hw.link_bandwidth)
 
     def roofline_time(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any
                       ) -> np.ndarray:
@@ -299,7 +317,11 @@ class CostModel:
         table = min(tables, key=lambda m: abs(m.context - context))
         n_in = np.clip(new, table.new_tokens[0], table.new_tokens[-1])
         measured = np.interp(n_in, table.new_tokens, table.time_s)
-        time = roof * measured / self.roofline_time(batch, n_in, table.context)
+        # a measured table times one device: the stages' hand-overs add to it
+        hops, hops_in = (self.pipeline_time(batch, n) if self.stages > 1 else 0.0
+                         for n in (new, n_in))
+        time = (roof - hops) * measured / (self.roofline_time(batch, n_in, table.context)
+                                           - hops_in) + hops
         source = np.where(n_in == new, "measured", "roofline")
         return StepCost(_scalar_or_array(time), str(source) if source.ndim == 0 else source)
 
@@ -381,8 +403,9 @@ class CostModel:
             "source": str(step.source), "bound": self._bound(operators, terms),
             "roofline_ms": roofline_ms,
             **extras, "operators": operators, "step_terms": rows, "memory_gb": memory / 1e9,
-            "device_memory_gb": self.hw.memory_bytes * self.tp / 1e9,
-            "fits": memory <= self.hw.memory_bytes * self.tp,
+            "stages": self.stages,
+            "device_memory_gb": self.hw.memory_bytes * self.tp * self.stages / 1e9,
+            "fits": memory <= self.hw.memory_bytes * self.tp * self.stages,
         }
 
     def _term_label(self, key: str) -> str:
@@ -408,10 +431,11 @@ class CostModel:
 
 
 TERM_BOUNDS = {"overhead": "launch", "dequant": "dequant", "comm": "interconnect",
-               "offload": "host link", "host": "host"}
+               "offload": "host link", "host": "host", "pipeline": "interconnect"}
 """What each term of `CostModel.roofline_terms` beyond the operators is bound by."""
 TERM_LABELS = {"overhead": "device step + layer gaps", "dequant": "dequantisation",
-               "comm": "tp all-reduce", "offload": "offload stream", "host": "host issue"}
+               "comm": "tp all-reduce", "offload": "offload stream", "host": "host issue",
+               "pipeline": "pipeline stage hand-overs"}
 """How `specscope cost` names those terms."""
 
 

@@ -40,7 +40,9 @@ class Pricing:
     """Prices speculative steps of one (hardware, target, drafter, context, batch) on an
     engine's loop (None: the profile's own, as profile-hw measured it); `baseline` is the target
     as the autoregressive baseline runs it (None: `target`), on `baseline_engine`'s loop (None:
-    the engine's baseline)."""
+    the engine's baseline). `draft_window` caps the tokens the draft keeps and reads (a
+    StreamingLLM-style self-speculation's window, any draft with a bounded cache; None: the
+    whole context)."""
 
     target: CostModel
     drafter: CostModel | None
@@ -51,6 +53,13 @@ class Pricing:
     engine: Engine | None = None
     baseline: CostModel | None = None
     baseline_engine: Engine | None = None
+    draft_window: int | None = None
+
+    @property
+    def draft_context(self) -> int:
+        """Tokens the draft attends to: the context, or its window when shorter."""
+        return (self.context_len if self.draft_window is None
+                else min(self.context_len, self.draft_window))
 
     def check_fits(self, tokens: int, devices: int | None = None) -> None:
         """Raise `InputError` unless the weights of target and drafter and the KV cache (or SSM
@@ -58,7 +67,9 @@ class Pricing:
         `devices` that hold its layers in sequence)."""
         models = [self.target, *([self.drafter] if self.drafter else [])]
         free = kv_capacity(models, devices)
-        need = sum(m.memory_bytes(self.batch, tokens) - m.memory_bytes(0, 0) for m in models)
+        held = [tokens, min(tokens, self.draft_window or tokens)]
+        need = sum(m.memory_bytes(self.batch, t) - m.memory_bytes(0, 0)
+                   for m, t in zip(models, held, strict=False))
         if need > free:
             raise InputError(f"--hw {self.target.hw.name}: the KV cache of batch {self.batch} × "
                              f"{tokens} tokens needs {need / 1e9:.1f} GB, {free / 1e9:.1f} GB "
@@ -92,7 +103,7 @@ class Pricing:
         """A draft-model level's forward of `forwarded` nodes and its per-call host work."""
         found = self._memo.get(("level", forwarded))
         if found is None:
-            forward = self.drafter.forward_time(self.batch, forwarded, self.context_len)
+            forward = self.drafter.forward_time(self.batch, forwarded, self.draft_context)
             found = self._memo[("level", forwarded)] = float(forward) + self.level_host_s
         return found
 

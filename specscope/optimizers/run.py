@@ -62,6 +62,10 @@ class OptimizeRequest:
     engine: str | None = None
     offload: float = 0.0
     batch: int = 1
+    draft_window: int | None = None
+    draft_tp: int = 1
+    draft_vocab: int | None = None
+    stages: int = 1
 
 
 @dataclass(frozen=True)
@@ -145,8 +149,11 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         raise InputError(f"--max-depth must be ≥ 0, got {req.max_depth}")
     if req.context is not None and req.context < 0:
         raise InputError(f"--context must be ≥ 0, got {req.context}")
-    if req.batch < 1:
-        raise InputError(f"--batch must be ≥ 1, got {req.batch}")
+    for option, value in (("--batch", req.batch), ("--draft-window", req.draft_window or 1),
+                          ("--draft-tp", req.draft_tp), ("--draft-vocab", req.draft_vocab or 1),
+                          ("--stages", req.stages)):
+        if value < 1:
+            raise InputError(f"{option} must be ≥ 1, got {value}")
     largest = req.budget if req.budget is not None else max(req.budgets or [1])
     what = f"optimize-tree {'--budget' if req.budget is not None else '--budgets'} {largest:,}"
     check_memory(largest * NODE_BYTES, what)
@@ -174,23 +181,43 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         target = req.target or DEFAULT_TARGET
     priced = drafter_spec(chosen.model, get_model(target), chosen.kept_layers, source)
     drafter = chosen.drafter or (priced.name if priced else NO_DRAFTER)
+    priced = _draft_as_stated(priced, req)
 
-    def cost_model(spec: ModelSpec, offload: float = 0.0) -> CostModel:
+    def cost_model(spec: ModelSpec, offload: float = 0.0, tp: int = 1, stages: int = 1
+                   ) -> CostModel:
         return CostModel(profile, spec, runtime=req.runtime, tree_attention=req.tree_attention,
-                         offload=offload)
+                         offload=offload, tp=tp, stages=stages)
 
     pricing = for_engine(
-        req.engine, cost_model(get_model(target), req.offload),
-        None if priced is None else cost_model(priced), int(context), req.batch,
-        temperature=0.0 if trace is None else trace.temperature,
+        req.engine, cost_model(get_model(target), req.offload, stages=req.stages),
+        None if priced is None else cost_model(priced, tp=req.draft_tp), int(context),
+        req.batch, temperature=0.0 if trace is None else trace.temperature,
+        draft_window=req.draft_window,
     )
-    pricing.check_fits(int(context) + max([*(req.budgets or ()), req.budget or 0]))
+    pricing.check_fits(int(context) + max([*(req.budgets or ()), req.budget or 0]),
+                       req.stages if req.stages > 1 else None)
     setup = Setup(p=p, source=source, pricing=pricing, max_depth=req.max_depth, trace=trace,
                   options=req.options)
     comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets, progress=progress)
     return OptimizeResult(profile.name, target, drafter, source, int(context), comparison,
                           pricing.target.runtime.name, pricing.target.tree_attention,
                           engine=req.engine, batch=req.batch, setup=setup)
+
+
+def _draft_as_stated(spec: ModelSpec | None, req: OptimizeRequest) -> ModelSpec | None:
+    """The priced draft with the request's draft options: its own vocabulary replaced by
+    `draft_vocab` (an EAGLE-3 head's reduced one; a new name, so no measured table of the
+    full-vocabulary model prices it). The window and tp act on its pricing."""
+    stated = [o for o, v in (("--draft-window", req.draft_window), ("--draft-vocab",
+                             req.draft_vocab), ("--draft-tp", req.draft_tp > 1 or None)) if v]
+    if spec is None:
+        if stated:
+            raise InputError(f"{stated[0]} prices a draft model; this source drafts without one")
+        return None
+    if req.draft_vocab is None or req.draft_vocab == spec.vocab_size:
+        return spec
+    return dataclasses.replace(spec, name=f"{spec.name}/vocab-{req.draft_vocab}",
+                               vocab_size=req.draft_vocab)
 
 
 def _catalogue_or(name: str | None, default: str) -> str:
