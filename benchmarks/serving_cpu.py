@@ -8,10 +8,11 @@ Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/serving_cpu.py [--full] [--se
 What runs (`specscope/validate/load.py`): the prompts' greedy n-gram trace, a saturation probe of
 plain decoding, then per rate of the ladder (fractions of saturation) every policy served for
 real in wall-clock time and simulated with the same seed, prompts, output lengths, limits and
-tree; the profile's own steps re-timed around each rate (`machine_drift`) and the simulation
-corrected by time dilation. `--quick` sizes by default (about a minute on 2 quiet cores);
-`--full` the full ladder. Run it alone: other work on this shared machine moves every real
-number (the load average is printed before and after).
+tree, each cell's real runs repeated with the policies taking turns (`--repeats`, default 2:
+the measured metrics are their mean); the profile's own steps re-timed around each run
+(`machine_drift`) and the simulation corrected by time dilation. `--quick` sizes by default
+(about three minutes on 2 quiet cores); `--full` the full ladder. Run it alone: other work on
+this shared machine moves every real number (the load average is printed before and after).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="The full ladder (longer).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prompts", default=DEFAULT_PROMPTS)
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="real runs per cell (default: the ladder's, 2)")
     parser.add_argument("--drafter", choices=LOAD_DRAFTERS, default="ngram",
                         help="n-gram, or the zoo's draft model (with dyspec)")
     args = parser.parse_args()
@@ -59,13 +62,14 @@ def main() -> None:
                                         quick=not args.full, prompts=args.prompts,
                                         drafter=args.drafter,
                                         policies=default_policies(args.drafter),
-                                        seed=args.seed))
+                                        seed=args.seed, repeats=args.repeats))
     wall = time.perf_counter() - start
     console.print(f"# benchmarks/serving_cpu.py on {cpu_name()} ({os.cpu_count()} cores), "
                   f"torch {torch.__version__}, {doc['threads']} thread(s) "
                   f"({doc['threads_reason']}), {datetime.date.today().isoformat()}, load "
                   f"average {before:.1f} before, {os.getloadavg()[0]:.1f} after; "
-                  f"{wall:.0f} s; {'full' if args.full else 'quick'} ladder, seed {args.seed}, "
+                  f"{wall:.0f} s; {'full' if args.full else 'quick'} ladder, {doc['repeats']} "
+                  f"real run(s) per cell, seed {args.seed}, "
                   f"prompts {args.prompts}")
     console.print(cell_table(doc))
     console.print(summary_table(doc))

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from specscope.errors import InputError
-from specscope.validate.load import LoadRequest, LoadSizes, dilate, run_load_validate
+from specscope.validate.load import (
+    LoadRequest,
+    LoadSizes,
+    dilate,
+    mean_run,
+    run_load_validate,
+)
 from specscope.validate.load_report import METRICS, cell, frame, ranking, summary
 
 
@@ -65,6 +71,13 @@ def test_flat_frame_has_one_row_per_cell() -> None:
             "err_p99_latency"} <= set(table.columns)
 
 
+def test_repeats_are_averaged() -> None:
+    runs = [{"throughput_tok_s": 100.0, "mean_tpot_ms": 4.0, "policy": "static", "ok": True},
+            {"throughput_tok_s": 120.0, "mean_tpot_ms": 6.0, "policy": "static", "ok": True}]
+    assert mean_run(runs) == {"throughput_tok_s": 110.0, "mean_tpot_ms": 5.0,
+                              "policy": "static", "ok": True}
+
+
 def test_dilation_scales_durations_and_rates() -> None:
     out = dilate({**metrics(100, 5.0, 20.0, 2.0), "mean_batch": 3.0}, 2.0)
     assert out == {**metrics(50, 10.0, 40.0, 4.0), "mean_batch": 3.0}
@@ -73,7 +86,8 @@ def test_dilation_scales_durations_and_rates() -> None:
 @pytest.fixture(scope="module")
 def tiny_doc() -> dict:
     req = LoadRequest("cpu-2core", "tiny-code", device="cpu", policies=("none", "static"),
-                      sizes=LoadSizes(requests=4, output_len=6, fractions=(), max_batch=2),
+                      sizes=LoadSizes(requests=4, output_len=6, fractions=(), max_batch=2,
+                                      repeats=2),
                       rates=(5.0, 50.0), threads=1)
     return run_load_validate(req)
 
@@ -88,7 +102,8 @@ def test_json_shape_of_a_tiny_run(tiny_doc: dict) -> None:
         for c in tiny_doc["cells"]:
             assert c["measured"][key] > 0 and c["simulated"][key] > 0
     assert isinstance(tiny_doc["ranking_agrees"], bool)
-    assert len(tiny_doc["machine_drift"]) == 5  # before the first real run and after each
+    assert tiny_doc["repeats"] == 2
+    assert len(tiny_doc["machine_drift"]) == 9  # before the first real run and after each
     # the same prompts and trace on both sides: the static chain accepts the same per step
     static = [c for c in tiny_doc["cells"] if c["policy"] == "static"]
     for c in static:
@@ -101,6 +116,7 @@ def test_json_shape_of_a_tiny_run(tiny_doc: dict) -> None:
     ({"policies": ("none",)}, "validate --load"),
     ({"rates": (1.0, 0.0)}, "rates"),
     ({"hw": "no-such-profile"}, "no-such-profile"),
+    ({"repeats": 0}, "--repeats"),
 ])
 def test_bad_requests_are_refused(change: dict, words: str) -> None:
     fields = {"hw": "cpu-2core", "model": "tiny-code", **change}

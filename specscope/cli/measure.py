@@ -197,6 +197,9 @@ def validate(
                                                       "--drafter draft).", metavar="LIST"),
                         Choices("specscope.names:LOAD_POLICIES", many=True),
                         Needs(("load",), ())] = None,
+    repeats: Annotated[int | None, typer.Option(min=1, help="--load: real runs per cell, the "
+                                                            "policies taking turns (default 2)."),
+                       Needs(("load",), ())] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", metavar="DIR",
                                                 help="Folder for the per-configuration table "
@@ -216,7 +219,7 @@ def validate(
         _validate_load(LoadRequest(hw=hw, model=model, device=device, runtime=runtime,
                                    quick=quick, prompts=prompts, drafter=drafter,
                                    draft_model=draft_model, policies=chosen, seed=seed,
-                                   threads=threads), as_json, output, force)
+                                   threads=threads, repeats=repeats), as_json, output, force)
         return
     from specscope.validate.compare import ValidateRequest, run_validate
     from specscope.validate.report import (

@@ -13,10 +13,13 @@
    fractions of it, from light load to past saturation.
 4. Each rate × policy is run for real (`run_serve_bench`, wall clock) and simulated
    (`run_simulation`) with the same seed (so the same Poisson arrivals and output lengths), the
-   same prompts, the same limits and the same tree or budget.
+   same prompts, the same limits and the same tree or budget. The real runs repeat
+   (`LoadSizes.repeats`, `--repeats`), the policies taking turns, and a cell's measured metrics
+   are their mean: a shared machine's speed moves by tens of percent within a minute, and the
+   p99 of a few dozen requests is nearly their maximum.
 5. Machine drift, as `validate` measures it (`machine_drift`: the profile's own steps re-timed
    now against then), before the first real run and after each; a cell's drift d is the
-   geometric mean of the probes around its run. The simulation, made for the machine as
+   geometric mean of the probes around its runs. The simulation, made for the machine as
    profiled, is corrected by time dilation: every simulated duration scaled by d is the same run
    as arrivals d times as fast, so the cell is simulated at d × rate and its times multiplied by
    d (throughput divided by d). A probe takes about a second; load from other processes that
@@ -27,6 +30,7 @@ Nothing is fitted to the runs compared: the simulator prices steps from the prof
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 import time
@@ -74,17 +78,21 @@ PROBE_RATE = 1e4
 @dataclass(frozen=True)
 class LoadSizes:
     """How much is run: requests per cell (one prompt each), output tokens per request, the
-    ladder's rates as fractions of the saturation rate, and the batch limit."""
+    ladder's rates as fractions of the saturation rate, the batch limit, and the real runs per
+    cell (`repeats`: the same arrivals served again, the policies' turns interleaved, the
+    measured metrics their mean)."""
 
     requests: int
     output_len: int
     fractions: tuple[float, ...]
     max_batch: int
+    repeats: int = 1
 
 
-QUICK_LOAD = LoadSizes(requests=24, output_len=32, fractions=(0.25, 0.5, 1.0, 2.0), max_batch=4)
+QUICK_LOAD = LoadSizes(requests=24, output_len=32, fractions=(0.25, 0.5, 1.0, 2.0), max_batch=4,
+                       repeats=2)
 FULL_LOAD = LoadSizes(requests=64, output_len=64,
-                      fractions=(0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.5), max_batch=8)
+                      fractions=(0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.5), max_batch=8, repeats=2)
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,7 @@ class LoadRequest:
     threads: int | None = None
     sizes: LoadSizes | None = None
     rates: tuple[float, ...] | None = None
+    repeats: int | None = None
 
 
 Progress = Callable[[int, int], None]
@@ -131,6 +140,10 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
     if req.rates is not None and (not req.rates or min(req.rates) <= 0):
         raise InputError(f"rates must be > 0 requests/s, got {list(req.rates)}")
     sizes = req.sizes or (QUICK_LOAD if req.quick else FULL_LOAD)
+    if req.repeats is not None:
+        if req.repeats < 1:
+            raise InputError(f"--repeats must be ≥ 1, got {req.repeats}")
+        sizes = dataclasses.replace(sizes, repeats=req.repeats)
     runtime = Runtime.resolve(req.device, "float32", req.runtime)
     check_device_kind(profile, runtime.device.type)
     threads = profile_threads(profile, runtime, req.threads)
@@ -145,7 +158,8 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
     source = drafter.source
     acceptance = Acceptance(AcceptanceModel.from_trace(trace, source), trace, req.seed)
     order = [acceptance.trace_request(k) for k in range(len(tokens))]
-    total = len(req.policies) * len(req.rates or sizes.fractions) + (req.rates is None)
+    total = (len(req.policies) * len(req.rates or sizes.fractions) * sizes.repeats
+             + (req.rates is None))
     done = 0
     with tempfile.TemporaryDirectory() as folder:
         # request k's prompt is the one the simulator's request k replays
@@ -177,25 +191,39 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
         probes = [machine_drift(profile, req.model, runtime)]
         cells = []
         for rate, fraction in ladder:
+            runs: dict[str, list[dict[str, Any]]] = {p: [] for p in req.policies}
+            around: dict[str, list[float | None]] = {p: [] for p in req.policies}
+            for _ in range(sizes.repeats):  # each policy's turns interleaved with the others'
+                for policy in req.policies:
+                    runs[policy].append(real(policy, rate))
+                    probes.append(machine_drift(profile, req.model, runtime))
+                    around[policy] += probes[-2:]
             for policy in req.policies:
-                measured = real(policy, rate)
-                probes.append(machine_drift(profile, req.model, runtime))
-                drift = (None if None in probes[-2:]
-                         else float(np.sqrt(probes[-2] * probes[-1])))
+                drift = (None if None in around[policy]
+                         else float(np.exp(np.mean(np.log(around[policy])))))
                 sim = simulate(req, sizes, trace, source, draft_name, policy, rate,
                                runtime.kind, drift or 1.0)
-                cells.append(cell(policy, rate, fraction, drift, sim, measured))
+                cells.append(cell(policy, rate, fraction, drift, sim, mean_run(runs[policy])))
     return {
         "hardware": profile.name, "model": req.model, "drafter": req.drafter,
         "draft_model": draft_name, "source": source, "runtime": runtime.describe(),
         "threads": chosen.count, "threads_reason": chosen.reason, "prompts": req.prompts,
         "policies": list(req.policies), "budget": req.budget, "requests": len(tokens),
         "output_len": sizes.output_len, "max_batch": sizes.max_batch,
+        "repeats": sizes.repeats,
         "token_budget": req.token_budget, "seed": req.seed, "saturation_rate": saturation,
         "rates": [r for r, _ in ladder], "machine_drift": probes,
         "acceptance": "replay of a greedy trace of the run's drafter on the run's prompts",
         "cells": cells, **summary(cells), "wall_s": time.perf_counter() - start,
     }
+
+
+def mean_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The repeats of one cell as one summary: each number their mean."""
+    return {key: (float(np.mean([r[key] for r in runs]))
+                  if all(isinstance(r.get(key), int | float) and not isinstance(r.get(key), bool)
+                         for r in runs) else runs[0][key])
+            for key in runs[0]}
 
 
 def simulate(req: LoadRequest, sizes: LoadSizes, trace: Trace, source: str,
