@@ -41,6 +41,32 @@ def test_the_server_terms_are_paid_per_step_and_per_plain_row() -> None:
         assert extra == pytest.approx(1e-3 + plain_rows * 2e-4, rel=1e-9)
 
 
+def test_choosing_is_paid_per_step_by_a_choosing_policy_only(tmp_path: Path) -> None:
+    """SmartSpec prices every length each step; the simulator charges what that costs the real
+    server (`choose_step` + `choose_row` per running sequence) to its steps, and no other
+    policy's."""
+    priced = _pricer(choose_step=1e-3, choose_row=2e-4)
+    assert priced.choose_s(3) == pytest.approx(1e-3 + 3 * 2e-4)
+
+    def tpot(policy: str, **loop: float) -> float:
+        text = (DATA_DIR / "cpu-2core.toml").read_text(encoding="utf-8")
+        text = re.sub(r"(?m)^choose_(step|row)_us = .*\n", "", text)
+        keys = "".join(f"{key}_us = {value * 1e6}\n" for key, value in loop.items())
+        path = tmp_path / f"{policy}-{loop['choose_step']}.toml"
+        path.write_text(re.sub(r"(?m)^\[speculation\].*\n", lambda m: m.group(0) + keys, text),
+                        encoding="utf-8")
+        return run_simulation(SimulateRequest(
+            hw=str(path),
+            target="tiny-code", drafter="ngram", policy=policy, acceptance=(0.5,),
+            tree=Tree.chain(3, "ngram") if policy == "static" else None, rate=2.0, requests=16,
+            max_batch=4, prompt_len="64", output_len="16", seed=3)).summary["mean_tpot_ms"]
+
+    assert tpot("smartspec", choose_step=2e-3, choose_row=0.0) > tpot(
+        "smartspec", choose_step=0.0, choose_row=0.0) + 1.0
+    assert tpot("static", choose_step=2e-3, choose_row=0.0) == pytest.approx(
+        tpot("static", choose_step=0.0, choose_row=0.0))
+
+
 def test_a_padding_loop_prices_every_row_at_the_longest_context() -> None:
     padded, paged = _pricer(pads_context=True), _pricer(pads_context=False)
     specs = [Speculation.of(Tree.chain(3, "ngram"))] * 2

@@ -16,7 +16,8 @@ LOOP_KEYS = {"step_us": "step", "level_us": "level", "node_us": "node",
              "accepted_us": "accepted", "verify_us": "verify",
              "sampled_verify_us": "sampled_verify", "cold_level_us": "draft_cold",
              "cold_verify_us": "verify_cold", "baseline_token_us": "baseline_token",
-             "serve_step_us": "serve_step", "serve_row_us": "serve_row"}
+             "serve_step_us": "serve_step", "serve_row_us": "serve_row",
+             "choose_step_us": "choose_step", "choose_row_us": "choose_row"}
 """TOML keys (µs) of a profile's `[speculation]` and an engine's `[loop]`, by field."""
 
 
@@ -38,9 +39,12 @@ class LoopCosts:
     specscope's continuous-batching server (`serving/server.py`) pays per step (scheduling,
     planning, the batch's inputs) and per sequence that does not speculate in it (its verdict,
     commit and drafter update) beyond its forwards and the terms above
-    (`profiling.serving.measure_serving`); pads_context: the loop's batched pass reads every
-    row's keys up to the longest row's context (specscope's batched target under eager does:
-    one tensor of B × longest), where a paged-attention engine reads each row's own;
+    (`profiling.serving.measure_serving`); choose_step / choose_row: what a policy that chooses
+    each step's speculation from the step's prices (SmartSpec: the goodput of every length)
+    spends choosing, per step and per running sequence, in that server; pads_context: the
+    loop's batched pass reads every row's keys up to the longest row's context (specscope's
+    batched target under eager does: one tensor of B × longest), where a paged-attention engine
+    reads each row's own;
     level_per_row: a batched draft-model level pays its host work (`level`, `draft_cold`) once
     per sequence, not once per level (specscope's server: each row's drafter proposes for its
     own nodes, in its own thread, around the one shared forward).
@@ -60,6 +64,8 @@ class LoopCosts:
     baseline_token: float = 0.0
     serve_step: float = 0.0
     serve_row: float = 0.0
+    choose_step: float = 0.0
+    choose_row: float = 0.0
     pads_context: bool = False
     level_per_row: bool = False
 
@@ -79,7 +85,7 @@ class LoopCosts:
         return self.verify
 
 
-SERVER_TERMS = ("serve_step", "serve_row")
+SERVER_TERMS = ("serve_step", "serve_row", "choose_step", "choose_row")
 """The terms of specscope's own batching server, not of a decode loop."""
 LOOP_TERMS = tuple(f.name for f in fields(LoopCosts) if f.name not in (*FLAGS, *SERVER_TERMS))
 """Every term of a decode loop, by field name: what an engine may carry from a measured profile

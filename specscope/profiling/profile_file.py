@@ -130,12 +130,16 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
             f"stop_rule_us = {loop.stop_rule * 1e6:.4g}    # SpecDec++'s stop check per "
             "drafted token",
         ]
-        if loop.serve_step or loop.serve_row:
+        if loop.serve_step or loop.serve_row or loop.choose_step or loop.choose_row:
             lines += [
                 f"serve_step_us = {loop.serve_step * 1e6:.4g}    # the batching server's work "
                 "per step",
                 f"serve_row_us = {loop.serve_row * 1e6:.4g}    # the same per sequence that "
                 "does not speculate",
+                f"choose_step_us = {loop.choose_step * 1e6:.4g}    # SmartSpec's choice of "
+                "length per step",
+                f"choose_row_us = {loop.choose_row * 1e6:.4g}    # the same per running "
+                "sequence",
                 f"pads_context = {str(loop.pads_context).lower()}    # its batched pass reads "
                 "each row up to the longest row's context",
                 f"level_per_row = {str(loop.level_per_row).lower()}    # a draft level's host "

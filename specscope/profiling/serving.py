@@ -25,9 +25,13 @@ not use by default, so a validation never re-prices the steps that priced it.
 `measure_wake`: the same target prefills a prompt of `WAKE_PROMPT` tokens warm, then again
 right after each gap of `WAKE_GAPS` seconds in which the process runs nothing (it sleeps); the
 extra time over the warm prefill, median of `WAKE_REPEATS`, is the profile's `[idle]` table
-(`hw_profiles/wake.py`). On this project's 2-core CPU VM the shipped `cpu-2core` holds 5.5 ms
-after 50 ms and 52 ms after 1.6 s for a 97-token prefill of 12 ms (a run the same hour: 11 and
-108 ms): the VM pages out what was not touched.
+(`hw_profiles/wake.py`). On this project's 2-core CPU VM the shipped `cpu-2core` holds 3.2 ms
+after 50 ms and 4.0 ms after 1.6 s; an earlier profile of the same VM held 5.5 and 52 ms for a
+97-token prefill of 12 ms, when the VM paged out what was not touched.
+
+SmartSpec chooses each step's length by pricing every length on the profile; what that costs
+the server is timed in it too (`Policy.plan` of a SmartSpec planner at each batch of
+`SERVE_BATCHES`) and fitted as `choose_step` + `choose_row` × running sequences.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from specscope.tree import Tree
 
 if TYPE_CHECKING:
     from specscope.draft import DraftedTree
+    from specscope.executor.targets import Model
     from specscope.executor.verify import Verdict
     from specscope.serving.planners import Planner
     from specscope.serving.served import Served
@@ -62,7 +67,10 @@ SERVE_REQUESTS_PER_ROW = 3
 SERVE_OUTPUT = 32
 """Output tokens per request (EOS ignored)."""
 CHAIN = 4
-"""Drafts of the static policy's chain."""
+"""Drafts of the static policy's chain (and the longest SmartSpec chooses among)."""
+CHOOSE_ACCEPTANCE = 0.5
+"""The acceptance SmartSpec chooses by while its choice is timed (its cost does not depend on
+it: every length is priced each step)."""
 WAKE_GAPS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 """Idle gaps (seconds) after which the first forward is timed."""
 WAKE_PROMPT = 96
@@ -115,8 +123,56 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
                 residuals.append(measured - priced)
     x, y = np.array(rows), np.array(residuals)
     step, row = _nonnegative_lstsq(x, y)
+    choose_step, choose_row = _nonnegative_lstsq(*_choosing(target, prompts, batches, pricer))
     return dataclasses.replace(hw.loop, serve_step=step, serve_row=row,
+                               choose_step=choose_step, choose_row=choose_row,
                                pads_context=runtime.kind == "eager", level_per_row=True)
+
+
+def _choosing(target: Model, prompts: Sequence[Sequence[int]], batches: Sequence[int],
+              pricer: BatchPricer) -> tuple[np.ndarray, np.ndarray]:
+    """SmartSpec's choice timed in the server at each batch: rows (1, running sequences) and
+    the seconds of each step's `Policy.plan` (the first step of a run warms up)."""
+    import time
+
+    from specscope.executor.batched_transformer import batch_target
+    from specscope.executor.drafters import make_drafter
+    from specscope.serving.bench import prompted_groups
+    from specscope.serving.planners import PolicyPlanner, make_planner
+    from specscope.serving.server import Server
+    from specscope.simulator.scheduler import Limits
+    from specscope.simulator.workload import LengthDist, WorkloadSpec
+    from specscope.trace import AcceptanceModel
+
+    rows, seconds = [], []
+    for batch in batches:
+        planner, max_tree = make_planner("smartspec", "ngram", CHAIN + 1, CHAIN,
+                                         acceptance=AcceptanceModel.from_vector(
+                                             [CHOOSE_ACCEPTANCE], "ngram"), pricer=pricer)
+        assert isinstance(planner, PolicyPlanner)
+        policy, timed = planner.policy, []
+
+        def plan(view, policy=policy, timed=timed):
+            start = time.perf_counter()
+            out = type(policy).plan(policy, view)
+            timed.append((len(view.slots), time.perf_counter() - start))
+            return out
+
+        policy.plan = plan
+        count = batch * SERVE_REQUESTS_PER_ROW
+        workload = WorkloadSpec(requests=count, rate=1e9, prompt=LengthDist("fixed", 1.0),
+                                output=LengthDist("fixed", float(SERVE_OUTPUT)))
+        served = [prompts[i % len(prompts)] for i in range(count)]
+        longest = max(map(len, served))
+        model = batch_target(target, batch, longest + SERVE_OUTPUT + max_tree)
+        drafters = [make_drafter("ngram", target.vocab_size) for _ in range(batch)]
+        limits = Limits(batch, batch * (longest + max_tree), None, max_tree)
+        Server(model, drafters.__getitem__, planner, limits).run(
+            prompted_groups(workload, 0, prompts), served)
+        for running, spent in timed[1:]:
+            rows.append((1.0, running))
+            seconds.append(spent)
+    return np.array(rows), np.array(seconds)
 
 
 def measure_wake(runtime: Runtime, gaps: Sequence[int | float] = WAKE_GAPS) -> Wake:

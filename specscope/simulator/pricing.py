@@ -177,6 +177,8 @@ class HostTerms:
     serve_row: float = 0.0
     pads_context: bool = False
     level_per_row: bool = False
+    choose_step: float = 0.0
+    choose_row: float = 0.0
 
 
 def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0,
@@ -189,7 +191,7 @@ def host_terms(target: CostModel, drafter: CostModel | None, temperature: float 
     node = ref.loop.node if drafter is not None else 0.0
     return HostTerms(level, ref.verify_extra_s, ref.bookkeeping_s, ref.level_s, node,
                      ref.loop.serve_step, ref.loop.serve_row, ref.loop.pads_context,
-                     ref.loop.level_per_row)
+                     ref.loop.level_per_row, ref.loop.choose_step, ref.loop.choose_row)
 
 
 @dataclass(frozen=True)
@@ -331,6 +333,11 @@ class BatchPricer:
         parts = self.parts(contexts, speculations)
         moved = sum(self.shape(s).size + 1 for s in speculations) if self.link else 0
         return self.combine(parts, 0.0, moved)
+
+    def choose_s(self, rows: int) -> float:
+        """Host seconds a policy that chooses each step's speculation from its prices
+        (`Policy.chooses`) spends choosing for `rows` running sequences (`LoopCosts`)."""
+        return self._host.choose_step + rows * self._host.choose_row
 
     def wake_s(self, gap: float) -> float:
         """Extra seconds of the first forward after the replica idled `gap` seconds (the target

@@ -149,6 +149,8 @@ class Replica:
                                            [specs[i] for i in stale])
             moved = tree_tokens + sum(accepted) + len(running)
         seconds = self.pricer.combine(parts, redo, int(moved)) + self._woken("step")
+        if self.policy.chooses and running:
+            seconds += self.pricer.choose_s(len(running))
         in_flight = tree_tokens * self.kv.cost.per_token
         self.log.add(env.now, STEP_START, self.index, batch=len(running) + len(chunks),
                      tokens=tree_tokens + sum(n for _, n in chunks),

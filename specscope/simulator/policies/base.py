@@ -106,6 +106,9 @@ class Policy(ABC):
     """A per-step speculation policy."""
 
     name: ClassVar[str]
+    chooses: ClassVar[bool] = False
+    """Whether the policy prices candidate steps to choose each one (the host work a real
+    server spends on it is `BatchPricer.choose_s`)."""
 
     @abstractmethod
     def plan(self, view: StepView) -> list[Speculation]:

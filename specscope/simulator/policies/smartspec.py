@@ -52,6 +52,7 @@ class SmartSpec(Policy):
     """One goodput-maximising speculation length per step for the batch (module docstring)."""
 
     name = "smartspec"
+    chooses = True
 
     def __init__(self, setup: PolicySetup) -> None:
         self.margin = float(setup.options.get("margin", DEFAULT_MARGIN))
