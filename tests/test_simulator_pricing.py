@@ -67,7 +67,7 @@ def test_a_model_free_drafter_costs_its_propose_calls() -> None:
     pricer = BatchPricer(t, None, "ngram")
     chain = Tree.chain(4, "ngram")
     assert pricer.step_s([200], [Speculation.of(chain)]) == pytest.approx(
-        Pricing(t, None, 200).tree_step_s(chain), rel=1e-9)
+        Pricing(t, None, 200).tree_step_s(chain), rel=1e-6)  # the tables' interpolation
     three = pricer.parts([200] * 3, [Speculation.of(chain)] * 3)
     assert three.draft_s == pytest.approx(3 * 4 * t.hw.loop.drafter["ngram"], rel=1e-12)
 
