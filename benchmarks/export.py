@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
+from optimizers import timed  # benchmarks/optimizers.py (scripts run from benchmarks/)
 from rich.console import Console
 from rich.table import Table
 
@@ -28,16 +27,6 @@ from specscope.interop.document import optimized_export
 from specscope.names import EXPORT_ENGINES
 from specscope.optimizers.run import OptimizeRequest, run_optimize
 from specscope.trace import synth_trace, write_trace
-
-
-def median_s(fn, repeats: int = 3) -> tuple[float, object]:
-    """Median seconds of `fn` over `repeats` runs, and its last result."""
-    times, out = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), out
 
 
 def main() -> None:
@@ -56,9 +45,9 @@ def main() -> None:
             table.add_column(col, justify="right")
         for budget in (int(b) for b in args.budgets.split(",")):
             request = OptimizeRequest(hw="h100", trace_path=trace, budget=budget)
-            base, result = median_s(lambda request=request: run_optimize(request))
+            base, result = timed(lambda request=request: run_optimize(request))
             for engine in EXPORT_ENGINES:
-                spent, doc = median_s(lambda engine=engine, result=result:
+                spent, doc = timed(lambda engine=engine, result=result:
                                       optimized_export(result, engine))
                 table.add_row(str(budget), engine, doc["method"], f"{base:.2f}", f"{spent:.2f}",
                               f"{spent / base:.2f}×", f"{doc['predicted']:.3f}×",
