@@ -94,6 +94,19 @@ def test_lower_ranks_come_from_a_trace(tmp_path: Path) -> None:
     assert doc["source"] == "draft:llama-68m" and "ratios" in doc["assumption"]
 
 
+def test_lower_ranks_never_push_a_row_past_one() -> None:
+    """A top draft accepted 95% of the time leaves 5% for the ranks below: the trace's ratios
+    (here 0.6 and 0.3 of the top rank) are scaled together into it."""
+    from specscope.trace import AcceptanceModel
+
+    lower = AcceptanceModel.from_vector([0.5, 0.3, 0.15], "draft:x")
+    doc = imported(ChainCounts(1000, (950, 900)), "json", lower)
+    p = np.array(doc["acceptance"])
+    assert p.sum() == pytest.approx(1.0) and p[1] / p[2] == pytest.approx(2.0)
+    for bound in ("low", "high"):
+        assert np.sum(doc[bound]) <= 1 + 1e-12
+
+
 @pytest.mark.parametrize(("p", "steps"), [(0.55, 3), (0.8, 5), (0.3, 1)])
 def test_sglang_accept_length_inverts_a_chain(p: float, steps: int) -> None:
     mean = sum(p**d for d in range(steps + 1))

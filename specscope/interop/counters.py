@@ -45,7 +45,7 @@ from specscope.errors import InputError
 from specscope.files import read_json, read_text
 from specscope.interop.families import TopK, topk_tree
 from specscope.trace.acceptance import AcceptanceModel, wilson
-from specscope.tree import DEFAULT_SOURCE, acceptance_table, scaled_acceptance
+from specscope.tree import DEFAULT_SOURCE, acceptance_table
 
 FORMAT = "specscope-acceptance"
 """The `format` of an imported acceptance document (what `--acceptance FILE.json` reads)."""
@@ -133,19 +133,13 @@ def imported(counts: ChainCounts, origin: str, lower: AcceptanceModel | None = N
                       "and are left out: the vector holds p[0] alone, so a tree optimised on it "
                       "is a chain; give --trace to take the lower ranks' ratios from a trace")
     else:
-        vector = np.asarray(lower.p, dtype=np.float64)
-        if vector.ndim != 1 or vector[0] <= 0:
-            raise InputError(f"--trace: source {lower.source} has no top-rank acceptance to "
-                             "scale")
-        scale = p0 / vector[0]
-        p = scaled_acceptance(vector, scale)
-        p[0] = p0
-        low, high = (scaled_acceptance(np.asarray(b, dtype=np.float64), scale)
-                     for b in (lower.low, lower.high))
-        low[0], high[0] = low0, high0
+        p = with_lower_ranks(p0, lower)
+        scale = p0 / float(np.asarray(lower.p)[0])
+        low, high = (with_lower_ranks(bound, lower, np.asarray(b, dtype=np.float64) * scale)
+                     for bound, b in ((low0, lower.low), (high0, lower.high)))
         assumption = (f"ranks below the top draft take the trace's ratios p[k]/p[0] of source "
-                      f"{lower.source} ({lower.method}), scaled to the engine's p[0] "
-                      "(renormalised where the row would pass 1)")
+                      f"{lower.source} ({lower.method}), scaled to the engine's p[0] (and "
+                      "together to 1 − p[0] where they would pass it)")
     length = len(counts.accepted)
     if counts.draft_tokens is not None and counts.draft_tokens < counts.drafts * length:
         notes.append(f"{counts.draft_tokens} draft tokens in {counts.drafts} drafts of up to "
@@ -176,6 +170,21 @@ def imported(counts: ChainCounts, origin: str, lower: AcceptanceModel | None = N
         "assumption": assumption,
         "notes": notes,
     }
+
+
+def with_lower_ranks(p0: float, lower: AcceptanceModel, ranks: np.ndarray | None = None
+                     ) -> np.ndarray:
+    """[p0, then the lower ranks]: `ranks` (default: `lower`'s ratios p[k]/p[0] times p0),
+    scaled together to 1 − p0 where they would pass it (a row of acceptance sums to at most 1).
+    """
+    vector = np.asarray(lower.p, dtype=np.float64)
+    if vector.ndim != 1 or vector[0] <= 0:
+        raise InputError(f"--trace: source {lower.source} has no top-rank acceptance to scale")
+    rest = vector[1:] * (p0 / vector[0]) if ranks is None else np.asarray(ranks)[1:]
+    total = float(rest.sum())
+    if total > 1 - p0:
+        rest = rest * ((1 - p0) / total)
+    return np.r_[p0, rest]
 
 
 def parse_counts_json(data: object, where: str) -> ChainCounts:
@@ -334,12 +343,7 @@ def accept_length(lines: Sequence[tuple[int, float]], setting: TopK,
     mean = float((lengths * steps_in).sum() / n)
 
     def vector(p0: float) -> np.ndarray:
-        if lower is None:
-            return np.array([p0])
-        ratios = np.asarray(lower.p, dtype=np.float64)
-        out = scaled_acceptance(ratios, p0 / ratios[0])
-        out[0] = p0
-        return out
+        return np.array([p0]) if lower is None else with_lower_ranks(p0, lower)
 
     def tokens(p0: float) -> float:
         p = vector(p0)
