@@ -218,6 +218,12 @@ def dp_best(setup: Setup, budget: int) -> Score:
 
 
 def best_paths(setup: Setup, budget: int, unconstrained: Score) -> Score:
-    """The best static tree of paths: the unconstrained best when it is one (`contiguous`),
-    else the DP's (whose children are always each node's top ranks)."""
-    return unconstrained if contiguous(unconstrained.tree) is None else dp_best(setup, budget)
+    """The best static tree of paths: the DP's (whose children are always each node's top
+    ranks), or the unconstrained best's tree when it is one (`contiguous`) and scores higher as
+    a static tree (a policy's row, SpecDec++'s, is valued as the chain it reports)."""
+    found = dp_best(setup, budget)
+    if contiguous(unconstrained.tree) is None and unconstrained.tree.size <= budget:
+        static = _score(setup, "paths", unconstrained.tree)
+        if static.speedup > found.speedup:
+            return static
+    return found
