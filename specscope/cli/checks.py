@@ -101,11 +101,12 @@ class Needs:
     option: tuple[str, ...]
     values: tuple[str, ...]
 
-    def check(self, params: dict[str, Any], given: str) -> None:
-        """One `InputError` line when the option `given` was given without its partner."""
+    def check(self, params: dict[str, Any], given: str, flags: dict[str, str]) -> None:
+        """One `InputError` line when the option `given` was given without its partner
+        (`flags`: each parameter's option as typed, `--from` for `source_format`)."""
         name = next(n for n in self.option if n in params)
         chosen = params[name]
-        flag = f"--{name.replace('_', '-')}"
+        flag = flags.get(name, f"--{name.replace('_', '-')}")
         if not self.values:
             if not chosen:
                 raise InputError(f"{given} is used with {flag} only")
@@ -133,6 +134,7 @@ def check_options(command: TyperCommand, ctx: Context) -> None:
     an output path that `check_output` refuses."""
     params = ctx.params
     marks_of = declared(command)
+    flags = {p.name: max(p.opts, key=len) for p in command.params if isinstance(p, TyperOption)}
     for param in command.params:
         value = params.get(param.name)
         if value is None or not isinstance(param, TyperOption):
@@ -148,7 +150,7 @@ def check_options(command: TyperCommand, ctx: Context) -> None:
             if isinstance(mark, Choices) and given:
                 mark.check(value, option)
             elif isinstance(mark, Needs) and given:
-                mark.check(params, option)
+                mark.check(params, option, flags)
             elif isinstance(mark, Range):
                 mark.check(value, option)
             elif isinstance(mark, Output):

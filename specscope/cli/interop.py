@@ -8,9 +8,12 @@ from typing import Annotated
 
 import typer
 
-from specscope.cli.checks import Choices, Output
+from specscope.cli.checks import Choices, Needs, Output
 from specscope.cli.common import AsJson, ExportMethod, Force, _emit, console
 from specscope.errors import InputError
+
+FromSGLang = Needs(("source_format",), ("sglang-log",))
+"""Marks the options that describe the SGLang run a decode log comes from."""
 
 
 def export(
@@ -50,19 +53,23 @@ def trace_import(
                                                 "JSON here (else print it)."),
                       Output(inputs=("file", "trace"))] = None,
     model: Annotated[str | None, typer.Option(help="vllm-metrics: the model_name label to read "
-                                                   "when several models served.")] = None,
+                                                   "when several models served."),
+                     Needs(("source_format",), ("vllm-metrics",))] = None,
     trace: Annotated[Path | None, typer.Option(help="A trace whose ranks below the top give "
                                                     "the lower ranks' ratios (a chain "
                                                     "engine never verifies them).")] = None,
     source: Annotated[str | None, typer.Option(help="The trace's source (default: its "
-                                                    "first draft model's).")] = None,
+                                                    "first draft model's)."),
+                      Needs(("trace",), ())] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="sglang-log: the run's "
-                                                          "--speculative-num-steps.")] = None,
+                                                          "--speculative-num-steps."),
+                     FromSGLang] = None,
     topk: Annotated[int | None, typer.Option(min=1, help="sglang-log: the run's "
-                                                         "--speculative-eagle-topk.")] = None,
+                                                         "--speculative-eagle-topk."),
+                    FromSGLang] = None,
     draft_tokens: Annotated[int | None, typer.Option(
         min=2, help="sglang-log: the run's --speculative-num-draft-tokens (default with top-k "
-                    "1: steps + 1).")] = None,
+                    "1: steps + 1)."), FromSGLang] = None,
     force: Force = False,
 ) -> None:
     """Acceptance from an engine's counters, with counts and intervals: what --acceptance
@@ -71,15 +78,6 @@ def trace_import(
     from specscope.interop.families import TopK
     from specscope.trace import AcceptanceModel, read_trace
 
-    sglang = (steps, topk, draft_tokens)
-    if source_format != "sglang-log" and any(v is not None for v in sglang):
-        raise InputError("--steps, --topk and --draft-tokens describe an SGLang run: use them "
-                         "with --from sglang-log")
-    if source_format != "vllm-metrics" and model is not None:
-        raise InputError("--model picks a model of vLLM's metrics: use it with --from "
-                         "vllm-metrics")
-    if source is not None and trace is None:
-        raise InputError("--source names a source of --trace: give --trace")
     setting = None
     if steps is not None and topk is not None:
         if topk > 1 and draft_tokens is None:
