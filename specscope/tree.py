@@ -360,12 +360,15 @@ def scaled_acceptance(p: np.ndarray, scale: float) -> np.ndarray:
 @dataclass(frozen=True)
 class TreeFile:
     """A tree read from a JSON file, with what `optimize-tree` recorded about it (None for a
-    bare tree): the target and drafter source it was optimised for, and its method."""
+    bare tree): the target and drafter source it was optimised for, its method, its predicted
+    speedup and the file's best one."""
 
     tree: Tree
     target: str | None = None
     source: str | None = None
     algo: str | None = None
+    speedup: float | None = None
+    best_speedup: float | None = None
 
 
 def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
@@ -387,7 +390,14 @@ def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
         raise InputError(f"--algo {algo}: not in {path} (methods: "
                          f"{', '.join(str(r.get('algo')) for r in results)})")
     return TreeFile(_tree(chosen.get("tree"), path), data.get("target"), data.get("source"),
-                    chosen.get("algo"))
+                    chosen.get("algo"), _speedup(chosen), _speedup(results[0]))
+
+
+def _speedup(result: object) -> float | None:
+    """A result's recorded speedup, when it records a number."""
+    value = result.get("speedup") if isinstance(result, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
 
 
 def _tree(data: object, path: Path) -> Tree:

@@ -428,3 +428,10 @@ def test_export_of_a_tree_an_engine_cannot_run(cli, tmp_path: Path) -> None:
     assert code == 2 and "draft chains" in err
     code, _, err = cli("export", bare, "--engine", "vllm")
     assert code == 2 and "--target" in err
+    # a bare tree names no draft model: no engine config gets a placeholder for it
+    code, _, err = cli("export", bare, "--engine", "sglang", "--target", "llama-3.1-8b")
+    assert code == 2 and "needs speculative_draft_model_path" in err
+    code, out, err = cli("export", bare, "--engine", "sglang", "--target", "llama-3.1-8b",
+                         "--drafter", "llama-68m", "--json")
+    assert code == 0, err
+    assert json.loads(out)["config"]["speculative_draft_model_path"] == "JackFram/llama-68m"

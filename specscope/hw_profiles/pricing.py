@@ -21,7 +21,7 @@ token) on the same hardware and context.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -101,17 +101,21 @@ class Pricing:
 
     def _forward_s(self, forwarded: int) -> float:
         """A draft-model level's forward of `forwarded` nodes and its per-call host work."""
-        found = self._memo.get(("level", forwarded))
-        if found is None:
-            forward = self.drafter.forward_time(self.batch, forwarded, self.draft_context)
-            found = self._memo[("level", forwarded)] = float(forward) + self.level_host_s
-        return found
+        return self._memoised(("level", forwarded), lambda: float(self.drafter.forward_time(
+            self.batch, forwarded, self.draft_context)) + self.level_host_s)
 
     @cached_property
     def _memo(self) -> dict[tuple, float]:
         """Prices already computed by shape (a tree search prices the same few shapes over
         and over; every input but the shape is a field of this frozen object)."""
         return {}
+
+    def _memoised(self, key: tuple, price: Callable[[], float]) -> float:
+        """`price()` the first time `key` is asked for, then that value."""
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = price()
+        return found
 
     @cached_property
     def level_host_s(self) -> float:
@@ -166,16 +170,10 @@ class Pricing:
     def verify_s(self, n: int, depth: int, leaves: int | None = None) -> float:
         """Seconds for the target to verify a tree of n tokens: its forward and
         `verify_extra_s`."""
-        key = ("verify", n, depth, leaves)
-        found = self._memo.get(key)
-        if found is None:
-            found = self._memo[key] = float(
-                self.target.verify_time(
-                    n, self.context_len, batch=self.batch, depth=depth, leaves=leaves,
-                    ssm_verify=self.ssm_verify,
-                )
-            ) + self.verify_extra_s
-        return found
+        return self._memoised(("verify", n, depth, leaves), lambda: float(
+            self.target.verify_time(n, self.context_len, batch=self.batch, depth=depth,
+                                    leaves=leaves, ssm_verify=self.ssm_verify)
+        ) + self.verify_extra_s)
 
     def step_table(self, max_n: int, max_depth: int, source: str) -> np.ndarray:
         """Seconds of one step for every tree size n ≤ max_n (rows) and depth d (columns):

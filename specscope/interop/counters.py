@@ -248,8 +248,9 @@ def parse_vllm_metrics(text: str, where: str, model: str | None = None) -> Chain
     if model is not None and model not in models:
         raise InputError(f"{where}: no counters of --model {model} (models: "
                          f"{', '.join(sorted(models)) or 'none labelled'})")
-    for counter in ("num_drafts", "num_accepted_tokens_per_pos"):
-        if counter not in values and not (counter.endswith("per_pos") and per_pos):
+    for counter, found in (("num_drafts", "num_drafts" in values),
+                           ("num_accepted_tokens_per_pos", bool(per_pos))):
+        if not found:
             raise InputError(f"{where}: counter {VLLM_PREFIX}{counter} is missing")
     missing = sorted(set(range(max(per_pos) + 1)) - set(per_pos))
     if missing:

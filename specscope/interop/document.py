@@ -3,14 +3,13 @@ tree of all (`optimize-tree --export`), or of a given tree (`specscope export`).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from specscope.errors import InputError
 from specscope.interop import hf_transformers, sglang, tensorrt_llm, vllm
-from specscope.interop.engine import Plan, checked_model, method_for, model_id
+from specscope.interop.engine import Plan, chains_only, checked_model, method_for, model_id
 from specscope.interop.families import best_chain, dp_best
 from specscope.names import EXPORT_ENGINES
 from specscope.optimizers.run import OptimizeResult
@@ -34,14 +33,14 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
     unconstrained optimum: the best of every method compared, the DP over every size up to the
     budget, and the engine's own best (a family is a subset of all trees)."""
     module = engine_module(engine)
-    assert result.setup is not None
+    setup = result.setup
+    assert setup is not None
     budget = max(result.comparison.pareto)
-    plan = Plan(result.setup, budget, result.comparison.scores[0], result.target,
-                result.drafter, method)
-    best = max([plan.unconstrained, (best_chain if plan.chains_only else dp_best)(
-        result.setup, budget)], key=lambda s: s.speedup)
-    plan = dataclasses.replace(plan, unconstrained=best)
-    exported = module.export(plan)
+    dp = None if chains_only(setup) else dp_best(setup, budget)
+    best = max([result.comparison.scores[0], dp or best_chain(setup, budget)],
+               key=lambda s: s.speedup)
+    exported = module.export(Plan(setup, budget, best, result.target, result.drafter, method,
+                                  dp))
     if exported.score.speedup > best.speedup:
         best = exported.score
     predicted = exported.score.speedup
@@ -77,23 +76,12 @@ def tree_export(path: Path, engine: str, method: str | None = None, algo: str | 
     if target is None and found.target is None:
         raise InputError(f"{path} holds a bare tree: give --target (the served model)")
     target = checked_model(target, "--target") if target else str(found.target)
-    draft = model_id(draft_model(source) or (checked_model(drafter, "--drafter") if drafter
-                                             else "draft"))
-    config = module.config_for(tree, chosen, draft)
-    rows = _results(path)
-    mine = next((r for r in rows if r.get("algo") == found.algo), None)
+    named = draft_model(source) or (drafter and checked_model(drafter, "--drafter"))
+    config = module.config_for(tree, chosen, named and model_id(named))
     return {
         "engine": engine, "method": chosen, "config": config,
         "command": module.command(config, model_id(target)),
-        "predicted": None if mine is None else mine.get("speedup"),
-        "unconstrained": max((r.get("speedup", 0.0) for r in rows), default=None),
+        "predicted": found.speedup, "unconstrained": found.best_speedup,
         "target": target, "source": source, "tree": tree.to_dict(),
         "notes": [module.TREE_NOTE] if hasattr(module, "TREE_NOTE") else [],
     }
-
-
-def _results(path: Path) -> list[dict[str, Any]]:
-    from specscope.files import read_json
-
-    data = read_json(path, "tree file")
-    return list(data.get("results", [])) if isinstance(data, dict) else []

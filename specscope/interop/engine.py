@@ -10,7 +10,7 @@ from specscope.errors import InputError
 from specscope.models import get_model, list_models
 from specscope.optimizers.compare import Setup
 from specscope.optimizers.scoring import Score
-from specscope.trace.sources import draft_model
+from specscope.trace.sources import NO_DRAFTER, draft_model
 from specscope.tree import DEFAULT_SOURCE
 
 SEQUENCE_PROPOSERS = ("ngram", "suffix")
@@ -29,6 +29,8 @@ class Plan:
     target: str
     drafter: str
     method: str | None = None
+    dp: Score | None = None
+    """The DP's best tree of at most `budget` nodes (None where only chains are priced)."""
 
     @property
     def source(self) -> str:
@@ -36,13 +38,18 @@ class Plan:
 
     @property
     def chains_only(self) -> bool:
-        """Whether the stack priced (`--engine`) verifies chains only, so no tree is priced."""
-        engine = self.setup.pricing.engine
-        return engine is not None and engine.tree_attention == "none"
+        return chains_only(self.setup)
 
-    def draft_id(self) -> str:
-        """The draft model's Hugging Face id (`model_id`)."""
-        return model_id(draft_model(self.source) or self.drafter)
+    def draft_id(self) -> str | None:
+        """The draft model's Hugging Face id (`model_id`); None for a model-free drafter."""
+        name = draft_model(self.source) or self.drafter
+        return None if name == NO_DRAFTER else model_id(name)
+
+
+def chains_only(setup: Setup) -> bool:
+    """Whether the stack priced (`--engine`) verifies chains only, so no tree is priced."""
+    engine = setup.pricing.engine
+    return engine is not None and engine.tree_attention == "none"
 
 
 @dataclass(frozen=True)

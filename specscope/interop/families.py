@@ -42,13 +42,19 @@ def _score(setup: Setup, algo: str, tree: Tree, replay: bool = True) -> Score:
                       setup.trace if replay else None)
 
 
+def _beats(score: Score, best: Score | None) -> bool:
+    """Whether `score` is faster than `best` beyond rounding (equals keep the earlier, cheaper
+    setting)."""
+    return best is None or score.speedup > best.speedup * (1 + 1e-12)
+
+
 def _best(setup: Setup, algo: str, trees: Iterable[Tree]) -> Score:
     """The highest predicted speedup among `trees` (the first of equals: callers list the
     cheaper setting first), replayed over the trace."""
     best: Score | None = None
     for tree in trees:
         scored = _score(setup, algo, tree, replay=False)
-        if best is None or scored.speedup > best.speedup * (1 + 1e-12):
+        if _beats(scored, best):
             best = scored
     if best is None:
         raise InputError(f"{algo}: no tree of this family fits the budget")
@@ -138,7 +144,7 @@ def best_topk(setup: Setup, budget: int, max_topk: int,
         scored = seen.get(tree)
         if scored is None:
             scored = seen[tree] = _score(setup, "sglang", tree, replay=False)
-        if best is None or scored.speedup > best[1].speedup * (1 + 1e-12):
+        if _beats(scored, best and best[1]):
             best = (setting, scored)
     if best is None:
         raise InputError(f"--budget {budget}: SGLang's tree needs at least 2 tokens")
@@ -177,7 +183,7 @@ def best_levels(setup: Setup, budget: int) -> tuple[tuple[int, ...], Score]:
 
     def visit(branching: tuple[int, ...], width: int, nodes: int, reach: float) -> None:
         scored = _score(setup, "levels", level_tree(branching, setup.source), replay=False)
-        if branching and (not found or scored.speedup > found[0][1].speedup * (1 + 1e-12)):
+        if branching and _beats(scored, found[0][1] if found else None):
             found[:] = [(branching, scored)]
         depth = len(branching)
         if depth == cap or nodes >= budget - 1:
@@ -217,11 +223,12 @@ def dp_best(setup: Setup, budget: int) -> Score:
     return compare(setup, ["sequoia"], budgets=[budget]).scores[0]
 
 
-def best_paths(setup: Setup, budget: int, unconstrained: Score) -> Score:
-    """The best static tree of paths: the DP's (whose children are always each node's top
-    ranks), or the unconstrained best's tree when it is one (`contiguous`) and scores higher as
-    a static tree (a policy's row, SpecDec++'s, is valued as the chain it reports)."""
-    found = dp_best(setup, budget)
+def best_paths(setup: Setup, budget: int, unconstrained: Score, dp: Score) -> Score:
+    """The best static tree of paths: the DP's (`dp_best`, whose children are always each
+    node's top ranks), or the unconstrained best's tree when it is one (`contiguous`) and
+    scores higher as a static tree (a policy's row, SpecDec++'s, is valued as the chain it
+    reports)."""
+    found = dp
     if contiguous(unconstrained.tree) is None and unconstrained.tree.size <= budget:
         static = _score(setup, "paths", unconstrained.tree)
         if static.speedup > found.speedup:

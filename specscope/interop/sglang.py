@@ -58,19 +58,20 @@ def export(plan: Plan) -> Export:
         config = _eagle(method, plan.draft_id(), chosen)
         family = ("the N − 1 best of a top-k beam search of S steps (k + (S − 1)k² "
                   "candidates), chosen by the draft's scores at run time")
-    check(config)
     return Export(ENGINE, method, config, command(config, model_id(plan.target)), score, family)
 
 
 def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
-    """The arguments under which SGLang can verify `tree`: NGRAM for a chain; for the EAGLE
-    family the smallest (steps, top-k, tokens) whose candidates hold it (SGLang still picks
-    its N − 1 nodes by the draft's scores at run time)."""
+    """The arguments (checked) under which SGLang can verify `tree`: NGRAM for a chain; for
+    the EAGLE family the smallest (steps, top-k, tokens) whose candidates hold it (SGLang
+    still picks its N − 1 nodes by the draft's scores at run time)."""
     if method == "NGRAM":
         if not tree.is_chain:
             raise InputError("sglang: NGRAM (breadth 1) verifies chains; the tree branches")
-        return {"speculative_algorithm": method, "speculative_num_draft_tokens": tree.size,
-                "speculative_ngram_min_bfs_breadth": 1, "speculative_ngram_max_bfs_breadth": 1}
+        config = {"speculative_algorithm": method, "speculative_num_draft_tokens": tree.size,
+                  "speculative_ngram_min_bfs_breadth": 1, "speculative_ngram_max_bfs_breadth": 1}
+        check(config)
+        return config
     depths = tree.depths
     parents = [len({int(tree.parents[v]) for v in range(1, tree.size) if depths[v] == d})
                for d in range(1, tree.depth + 1)]
@@ -79,9 +80,12 @@ def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
 
 
 def _eagle(method: str, draft: str | None, chosen: TopK) -> dict[str, Any]:
-    return {"speculative_algorithm": method, "speculative_draft_model_path": draft,
-            "speculative_num_steps": chosen.steps, "speculative_eagle_topk": chosen.topk,
-            "speculative_num_draft_tokens": chosen.tokens}
+    """The EAGLE family's arguments for `chosen` (checked)."""
+    config = {"speculative_algorithm": method, "speculative_draft_model_path": draft,
+              "speculative_num_steps": chosen.steps, "speculative_eagle_topk": chosen.topk,
+              "speculative_num_draft_tokens": chosen.tokens}
+    check(config)
+    return config
 
 
 def command(config: dict[str, Any], target: str) -> str:

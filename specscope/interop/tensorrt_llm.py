@@ -41,7 +41,8 @@ def export(plan: Plan) -> Export:
     """The best configuration TensorRT-LLM can run at the plan's budget."""
     method = method_for(plan.source, plan.method, ENGINE, BY_SOURCE, METHODS)
     if method in TREE_METHODS and not plan.chains_only:
-        score = best_paths(plan.setup, plan.budget, plan.unconstrained)
+        assert plan.dp is not None  # trees are priced
+        score = best_paths(plan.setup, plan.budget, plan.unconstrained, plan.dp)
         family = "static trees of paths, each node drafting its top ranks"
     else:
         score = best_chain(plan.setup, plan.budget)

@@ -95,7 +95,7 @@ class OptimizeResult:
     def verdict(self) -> str:
         """One line: speculate with the best method, or decode plainly and why."""
         best = self.comparison.scores[0]
-        at = f"at batch {self.batch}" if self.batch > 1 else "at batch 1"
+        at = f"at batch {self.batch}"
         if self.speculation_pays:
             return f"speculate {at}: {best.algo} predicts {best.speedup:.2f}× over plain decoding"
         return (f"no speculation {at}: plain decoding is faster (the best tree, {best.algo}, "
