@@ -83,15 +83,9 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
                     batches: Sequence[int] = SERVE_BATCHES) -> LoopCosts:
     """`hw.loop` with `serve_step` and `serve_row` measured in the batching server (module
     docstring) under `runtime`, whose section of `hw` prices the forwards."""
-    from specscope.executor.batched_transformer import batch_target
-    from specscope.executor.drafters import make_drafter
     from specscope.executor.session import load_session
-    from specscope.serving.bench import prompted_groups
     from specscope.serving.planners import make_planner
-    from specscope.serving.server import Server
     from specscope.simulator.pricing import BatchPricer
-    from specscope.simulator.scheduler import Limits
-    from specscope.simulator.workload import LengthDist, WorkloadSpec
 
     session = load_session(BOOKKEEPING_TARGET, None, runtime)
     target, spec = session.target, get_model(BOOKKEEPING_TARGET)
@@ -107,17 +101,7 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
         for batch in batches:
             planner, max_tree = make_planner(policy, "ngram", CHAIN + 1, CHAIN, tree)
             timed = _Timed(planner, pricer)
-            count = batch * SERVE_REQUESTS_PER_ROW
-            workload = WorkloadSpec(requests=count, rate=1e9, prompt=LengthDist("fixed", 1.0),
-                                    output=LengthDist("fixed", float(SERVE_OUTPUT)))
-            groups = prompted_groups(workload, 0, prompts)
-            served = [prompts[i % len(prompts)] for i in range(count)]
-            longest = max(map(len, served))
-            model = batch_target(target, batch, longest + SERVE_OUTPUT + max_tree)
-            model.prepare(max_tree)
-            drafters = [make_drafter("ngram", target.vocab_size) for _ in range(batch)]
-            limits = Limits(batch, batch * (longest + max_tree), None, max_tree)
-            Server(model, drafters.__getitem__, timed, limits).run(groups, served)
+            _serve(target, prompts, batch, timed, max_tree)
             for plain, measured, priced in timed.steps[1:]:  # the first step warms up
                 rows.append((1.0, plain))
                 residuals.append(measured - priced)
@@ -135,13 +119,7 @@ def _choosing(target: Model, prompts: Sequence[Sequence[int]], batches: Sequence
     the seconds of each step's `Policy.plan` (the first step of a run warms up)."""
     import time
 
-    from specscope.executor.batched_transformer import batch_target
-    from specscope.executor.drafters import make_drafter
-    from specscope.serving.bench import prompted_groups
     from specscope.serving.planners import PolicyPlanner, make_planner
-    from specscope.serving.server import Server
-    from specscope.simulator.scheduler import Limits
-    from specscope.simulator.workload import LengthDist, WorkloadSpec
     from specscope.trace import AcceptanceModel
 
     rows, seconds = [], []
@@ -159,20 +137,35 @@ def _choosing(target: Model, prompts: Sequence[Sequence[int]], batches: Sequence
             return out
 
         policy.plan = plan
-        count = batch * SERVE_REQUESTS_PER_ROW
-        workload = WorkloadSpec(requests=count, rate=1e9, prompt=LengthDist("fixed", 1.0),
-                                output=LengthDist("fixed", float(SERVE_OUTPUT)))
-        served = [prompts[i % len(prompts)] for i in range(count)]
-        longest = max(map(len, served))
-        model = batch_target(target, batch, longest + SERVE_OUTPUT + max_tree)
-        drafters = [make_drafter("ngram", target.vocab_size) for _ in range(batch)]
-        limits = Limits(batch, batch * (longest + max_tree), None, max_tree)
-        Server(model, drafters.__getitem__, planner, limits).run(
-            prompted_groups(workload, 0, prompts), served)
+        _serve(target, prompts, batch, planner, max_tree)
         for running, spent in timed[1:]:
             rows.append((1.0, running))
             seconds.append(spent)
     return np.array(rows), np.array(seconds)
+
+
+def _serve(target: Model, prompts: Sequence[Sequence[int]], batch: int, planner: Planner,
+           max_tree: int) -> None:
+    """`SERVE_REQUESTS_PER_ROW` × `batch` requests of `SERVE_OUTPUT` tokens, all arriving at
+    once, served with n-gram drafting and `planner` at batch `batch`."""
+    from specscope.executor.batched_transformer import batch_target
+    from specscope.executor.drafters import make_drafter
+    from specscope.serving.bench import prompted_groups
+    from specscope.serving.server import Server
+    from specscope.simulator.scheduler import Limits
+    from specscope.simulator.workload import LengthDist, WorkloadSpec
+
+    count = batch * SERVE_REQUESTS_PER_ROW
+    workload = WorkloadSpec(requests=count, rate=1e9, prompt=LengthDist("fixed", 1.0),
+                            output=LengthDist("fixed", float(SERVE_OUTPUT)))
+    served = [prompts[i % len(prompts)] for i in range(count)]
+    longest = max(map(len, served))
+    model = batch_target(target, batch, longest + SERVE_OUTPUT + max_tree)
+    model.prepare(max_tree)
+    drafters = [make_drafter("ngram", target.vocab_size) for _ in range(batch)]
+    limits = Limits(batch, batch * (longest + max_tree), None, max_tree)
+    Server(model, drafters.__getitem__, planner, limits).run(
+        prompted_groups(workload, 0, prompts), served)
 
 
 def measure_wake(runtime: Runtime, gaps: Sequence[int | float] = WAKE_GAPS) -> Wake:
