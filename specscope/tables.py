@@ -139,6 +139,11 @@ def simulate_table(summary: dict[str, Any]) -> Table:
         f"{summary['replayed_steps']:,} replayed, {summary['sampled_steps']:,} sampled) · batch "
         f"mean {summary['mean_batch']:.1f}, peak {summary['peak_batch']} · peak KV "
         f"{summary['peak_kv_occupancy']:.1%} of {summary['kv_capacity_bytes'] / 1e9:,.1f} GB")
+    plain = summary.get("plain")
+    if plain is not None:
+        table.caption += (f"\nplain decoding of the same arrivals: {plain['throughput_tok_s']:,.1f}"
+                          f" tok/s, TPOT {plain['mean_tpot_ms']:,.2f} ms, latency "
+                          f"{plain['mean_latency_s']:,.3f} s · {plain['verdict']}")
     return table
 
 

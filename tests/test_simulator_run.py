@@ -227,3 +227,25 @@ def test_every_registered_policy_runs_through_the_server(tmp_path: Path, policy:
     _check_consistent(result)
     assert (result.requests["tokens"] == result.requests["output_len"]).all()
     assert result.summary["acceptance"] == ("none" if policy == "none" else "replay")
+
+
+def test_a_speculative_run_reports_plain_decoding_of_the_same_arrivals(tree_file: Path) -> None:
+    light = run_simulation(_request(tree_file, rate=2.0, acceptance=(0.9, 0.05)))
+    plain = light.summary["plain"]
+    alone = run_simulation(_request(tree_file, rate=2.0, policy="none", tree=None)).summary
+    for key in ("throughput_tok_s", "mean_tpot_ms", "mean_latency_s"):
+        assert plain[key] == alone[key]
+    assert plain["latency_speedup"] == pytest.approx(
+        alone["mean_latency_s"] / light.summary["mean_latency_s"])
+    assert plain["speculation_pays"] and plain["latency_speedup"] > 1.2, plain["verdict"]
+    hopeless = run_simulation(_request(tree_file, rate=80.0, acceptance=(0.05,))).summary
+    assert not hopeless["plain"]["speculation_pays"]
+    assert "plain decoding is the better choice" in hopeless["plain"]["verdict"]
+    assert "plain" not in run_simulation(_request(tree_file, against_plain=False)).summary
+
+
+def test_plain_decoding_holds_no_draft_model(tree_file: Path) -> None:
+    named = run_simulation(_request(tree_file, policy="none", tree=None)).summary
+    unnamed = run_simulation(_request(tree_file, policy="none", tree=None, drafter=None)).summary
+    assert named["kv_capacity_bytes"] == unnamed["kv_capacity_bytes"]
+    assert named["throughput_tok_s"] == unnamed["throughput_tok_s"]

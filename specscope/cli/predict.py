@@ -318,6 +318,9 @@ def simulate(
     link_us: Annotated[float, typer.Option(help="Separate placement: link latency (µs)."),
                        Range(0)] = 10.0,
     slo_tpot_ms: SloTpot = None,
+    against_plain: Annotated[bool, typer.Option(
+        help="Also simulate plain decoding of the same arrivals and say whether speculation "
+             "pays.")] = True,
     drift: Annotated[str | None, typer.Option(help="Acceptance multipliers per 1000 arrivals, "
                                                    "e.g. 1,0.9,0.8.")] = None,
     system: SystemName = None,
@@ -348,6 +351,7 @@ def simulate(
         fork_levels=fork_levels, arrivals=arrivals, cv=cv, arrival_file=arrival_file,
         prompt_len=prompt_len, output_len=output_len, draft_placement=draft_placement,
         link_gbps=link_gbps, link_us=link_us, slo_tpot_ms=slo_tpot_ms,
+        against_plain=against_plain,
         drift=() if drift is None else tuple(_csv_floats(drift, "--drift")), seed=seed,
         system=system, system_options=parse_system(system, system_options), images=images,
     )

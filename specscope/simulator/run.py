@@ -11,6 +11,7 @@ Every bad option is an `InputError` naming it, raised before anything runs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -99,6 +100,8 @@ class SimulateRequest:
     slo_tpot_ms: float | None = None
     drift: tuple[float, ...] = ()
     seed: int = 0
+    against_plain: bool = True
+    """Also simulate plain decoding of the same arrivals (`plain_comparison`)."""
     options: Mapping[str, float] = field(default_factory=dict)
     system: str | None = None
     """A seed system (`specscope.systems`) whose cost models serve in place of the plain ones."""
@@ -202,7 +205,36 @@ def run_simulation(req: SimulateRequest,
         "acceptance": acceptance.origin,
         "replayed_steps": acceptance.replayed, "sampled_steps": acceptance.sampled,
     }
+    if req.policy != "none" and req.against_plain:
+        plain = run_simulation(dataclasses.replace(req, policy="none", tree=None, algo=None,
+                                                   drift=(), against_plain=False))
+        summary["plain"] = plain_comparison(summary, plain.summary)
     return SimulationResult(summary, requests, events, series)
+
+
+PLAIN_KEYS = ("throughput_tok_s", "goodput_tok_s", "mean_ttft_ms", "mean_tpot_ms",
+              "p99_ttft_ms", "mean_latency_s", "p99_latency_s", "mean_batch")
+"""What the plain-decoding run reports beside a speculative one."""
+BREAK_EVEN = 0.01
+"""Speculation pays when it cuts the mean latency by more than 1% and keeps the throughput
+within 1% (or raises it); a smaller difference is within the simulator's own noise."""
+
+
+def plain_comparison(speculative: Mapping[str, Any], plain: Mapping[str, Any]
+                     ) -> dict[str, Any]:
+    """Plain decoding of the same arrivals beside a speculative policy's run: its metrics
+    (`PLAIN_KEYS`), the policy's mean latency and throughput over plain decoding's
+    (`latency_speedup` above 1: requests finish sooner; `throughput_ratio`), and whether
+    speculation pays (`BREAK_EVEN`). The plain run holds no draft model, so its KV memory is the
+    target's alone."""
+    latency = plain["mean_latency_s"] / speculative["mean_latency_s"]
+    throughput = speculative["throughput_tok_s"] / plain["throughput_tok_s"]
+    pays = latency > 1 + BREAK_EVEN and throughput >= 1 - BREAK_EVEN
+    return {**{k: plain[k] for k in PLAIN_KEYS}, "latency_speedup": latency,
+            "throughput_ratio": throughput, "speculation_pays": pays,
+            "verdict": (f"{speculative['policy']} finishes requests {latency:.2f}× as fast as "
+                        f"plain decoding at {throughput:.2f}× its throughput"
+                        + ("" if pays else "; plain decoding is the better choice here"))}
 
 
 def _check(req: SimulateRequest) -> None:
@@ -234,7 +266,8 @@ def _check(req: SimulateRequest) -> None:
 
 
 def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) -> _Drafter:
-    """The drafter's source and cost model (module docstring)."""
+    """The drafter's source and cost model (module docstring); plain decoding (`--policy
+    none`) loads no draft model, whatever drafter is named."""
     if req.trace is None and req.drafter is None and req.source is None:
         if req.policy != "none":
             raise InputError(f"--policy {req.policy} needs --drafter (a draft model or "
@@ -242,6 +275,8 @@ def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) 
         return _Drafter(DEFAULT_SOURCE, None)
     chosen = drafting(req.trace, req.source, req.drafter, list_models())
     priced = drafter_spec(chosen.model, target, chosen.kept_layers, chosen.source)
+    if req.policy == "none":
+        return _Drafter(chosen.source, None)
     cost = None if priced is None else CostModel(profile, priced, runtime=req.runtime)
     if req.draft_placement == "separate" and cost is None:
         raise InputError("--draft-placement separate needs a draft model (--drafter MODEL)")
