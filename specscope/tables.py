@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 
 from specscope.optimizers.run import OptimizeResult
+
+if TYPE_CHECKING:
+    from specscope.simulator.at_rate import RateChoice
 
 
 def optimize_table(result: OptimizeResult) -> Table:
@@ -36,6 +39,23 @@ def optimize_table(result: OptimizeResult) -> Table:
             row.append(f"{s.replay_tokens:.3f}")
         row += [f"{s.step_time_s * 1e3:.3f}", f"{s.tokens_per_s:,.1f}", f"{s.speedup:.2f}×"]
         table.add_row(*row)
+    return table
+
+
+def rate_table(choice: RateChoice) -> Table:
+    """`optimize-tree --rate`: each candidate served at the rate, the chosen one marked."""
+    table = Table(title=f"served at {choice.rate:g} requests/s (simulated; trees optimised at "
+                        f"batch {choice.batch})", box=box.SIMPLE_HEAD)
+    for col in ("candidate", "tok/s", "TPOT ms", "TTFT ms", "latency s", "p99 latency s",
+                "mean batch"):
+        table.add_column(col, justify="left" if col == "candidate" else "right")
+    best = choice.best
+    for c in choice.candidates:
+        s = c.summary
+        table.add_row(c.name + (" ★" if c is best else ""), f"{s['throughput_tok_s']:,.1f}",
+                      f"{s['mean_tpot_ms']:,.2f}", f"{s['mean_ttft_ms']:,.1f}",
+                      f"{s['mean_latency_s']:,.3f}", f"{s['p99_latency_s']:,.3f}",
+                      f"{s['mean_batch']:.1f}")
     return table
 
 

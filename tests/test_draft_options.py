@@ -26,7 +26,7 @@ def optimized(cli, *extra: object) -> dict:
 
 @pytest.mark.parametrize("extra", [("--draft-window", 4096), ("--draft-window", 10**6),
                                    ("--draft-tp", 1), ("--draft-vocab", 128256),
-                                   ("--stages", 1)])
+                                   ("--stages", 1), ("--tp", 1)])
 def test_each_option_at_its_limit_prices_as_today(cli, extra: tuple) -> None:
     assert optimized(cli, *extra) == optimized(cli)
 
@@ -68,8 +68,9 @@ def test_stages_hold_what_one_device_cannot(cli) -> None:
             "llama-3.2-1b", "--acceptance", "0.6,0.2", "--budget", 8, "--json")
     code, _, err = cli(*args)
     assert code == 2 and "do not fit" in err
-    code, _, err = cli(*args, "--stages", 2)
-    assert code == 0, err
+    for placement in (("--stages", 2), ("--tp", 2)):
+        code, _, err = cli(*args, *placement)
+        assert code == 0, err
     one = CostModel(load_profile("a100"), get_model("llama-3.1-70b"))
     two = CostModel(load_profile("a100"), get_model("llama-3.1-70b"), stages=2)
     hop = two.pipeline_time(1, 1)

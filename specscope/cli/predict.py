@@ -166,6 +166,13 @@ def optimize_tree(
         min=1, help="The draft's vocabulary (an EAGLE-3 head's reduced one; default: the "
                     "draft model's own).")] = None,
     stages: Stages = 1,
+    tp: TensorParallel = 1,
+    rate: Annotated[float | None, typer.Option(
+        help="Choose for this request rate (arrivals/s) by simulating it: the trees are "
+             "optimised at the batch the load builds and each is served beside plain decoding "
+             "and SmartSpec."), Range(0, low_closed=False)] = None,
+    requests: Annotated[int, typer.Option(min=1, help="--rate: arrivals each simulation "
+                                                      "serves.")] = 200,
     ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0)."), Range(0)] = 0.0,
     ets_coverage: Annotated[float, typer.Option(help="ETS λ_cov over sources (authors: 0)."),
                             Range(0)] = 0.0,
@@ -219,6 +226,7 @@ def optimize_tree(
         draft_tp=draft_tp,
         draft_vocab=draft_vocab,
         stages=stages,
+        tp=tp,
         options=MethodOptions(
             ets_kv_penalty=ets_kv_penalty,
             ets_coverage=ets_coverage,
@@ -233,10 +241,18 @@ def optimize_tree(
         offload=offload,
         tree_attention=tree_attention,
     )
+    choice = None
     with _progress("optimizing") as bar:
-        task = bar.add_task("optimizing", total=None)
-        result = run_optimize(request, progress=lambda done, total: bar.update(
-            task, completed=done, total=total))
+        task = bar.add_task("optimizing" if rate is None else "simulating", total=None)
+        if rate is None:
+            result = run_optimize(request, progress=lambda done, total: bar.update(
+                task, completed=done, total=total))
+        else:
+            from specscope.simulator.at_rate import choose_at_rate
+
+            choice = choose_at_rate(request, rate, requests, seed, progress=lambda done, total:
+                                    bar.update(task, completed=done, total=total))
+            result = choice.result
     sizes, best = list(result.comparison.pareto), result.comparison.scores[0]
     summary = (f"{len(result.comparison.scores)} methods × {len(sizes)} "
                f"budget{'s' if len(sizes) > 1 else ''} (n ≤ {', '.join(map(str, sizes))}) for "
@@ -250,12 +266,20 @@ def optimize_tree(
         exported = optimized_export(result, export, export_method)
         summary = (f"{export} {exported['method']}: {exported['predicted']:.2f}× against "
                    f"{exported['unconstrained']:.2f}× unconstrained (n ≤ {max(sizes)})")
-    if _emit(exported or result.to_dict(), as_json, output, summary):
+    if choice is not None:
+        summary = f"{choice.verdict}; {summary}"
+    document = exported or (result.to_dict() if choice is None else choice.to_dict())
+    if _emit(document, as_json, output, summary):
         return
     console.print(optimize_table(result))
     if budgets is not None:
         console.print(pareto_table(result))
-    console.print(result.verdict, highlight=False, soft_wrap=True)
+    if choice is not None:
+        from specscope.tables import rate_table
+
+        console.print(rate_table(choice))
+    console.print(result.verdict if choice is None else choice.verdict, highlight=False,
+                  soft_wrap=True)
     if exported is not None:
         for line in export_lines(exported):
             console.print(line, soft_wrap=True, highlight=False)

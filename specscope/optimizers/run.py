@@ -61,6 +61,7 @@ class OptimizeRequest:
     tree_attention: str = "split"
     engine: str | None = None
     offload: float = 0.0
+    tp: int = 1
     batch: int = 1
     draft_window: int | None = None
     draft_tp: int = 1
@@ -149,9 +150,9 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         raise InputError(f"--max-depth must be ≥ 0, got {req.max_depth}")
     if req.context is not None and req.context < 0:
         raise InputError(f"--context must be ≥ 0, got {req.context}")
-    for option, value in (("--batch", req.batch), ("--draft-window", req.draft_window or 1),
-                          ("--draft-tp", req.draft_tp), ("--draft-vocab", req.draft_vocab or 1),
-                          ("--stages", req.stages)):
+    for option, value in (("--batch", req.batch), ("--tp", req.tp),
+                          ("--draft-window", req.draft_window or 1), ("--draft-tp", req.draft_tp),
+                          ("--draft-vocab", req.draft_vocab or 1), ("--stages", req.stages)):
         if value < 1:
             raise InputError(f"{option} must be ≥ 1, got {value}")
     largest = req.budget if req.budget is not None else max(req.budgets or [1])
@@ -189,7 +190,7 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
                          offload=offload, tp=tp, stages=stages)
 
     pricing = for_engine(
-        req.engine, cost_model(get_model(target), req.offload, stages=req.stages),
+        req.engine, cost_model(get_model(target), req.offload, tp=req.tp, stages=req.stages),
         None if priced is None else cost_model(priced, tp=req.draft_tp), int(context),
         req.batch, temperature=0.0 if trace is None else trace.temperature,
         draft_window=req.draft_window,
