@@ -123,6 +123,8 @@ def test_a_chain_only_engine_refuses_a_branching_tree() -> None:
     ('target_runtime = "jit"', '', "target_runtime 'jit'"),
     ('[loop]\nstep_us = 3', '', "says nothing of 'step_us'"),
     ('host_layer_ratio = 0.5', '', "says nothing of 'host_layer_ratio'"),
+    ('device_layer_ratio = 0.5', '', "says nothing of 'device_layer_ratio'"),
+    ('device_layer_ratio = 0', 'device_layer_ratio = "x"\n', "device_layer_ratio must be"),
     ('[loop]\nfrom_profile = true', '', "says nothing of 'loop'"),
     ('[loop]\nfrom_profile = ["step", "speed"]', 'loop = "x"\n', "from_profile must be"),
     ('[loop]\nfrom_profile = ["step"]\nuncarried = ["node"]', 'loop = "x"\n', "uncarried names"),
@@ -243,3 +245,17 @@ def test_an_engine_takes_only_the_measured_terms_it_names() -> None:
     assert loop.step == pytest.approx(cpu.loop.step * factor)
     assert loop.verify == pytest.approx(cpu.loop.verify * factor)
     assert loop.level == loop.node == 0.0 and loop.drafter == {}
+
+
+def test_a_fused_engines_layers_cost_their_share_of_the_fixed_device_time(tmp_path: Path
+                                                                          ) -> None:
+    target, draft = _models("h100", "graph")
+    one = for_engine(_engine_file(tmp_path, 'target_runtime = "graph"\ndevice_layer_ratio = 1'),
+                     target, draft, 512)
+    assert one.autoregressive_s == pytest.approx(Pricing(target, draft, 512).autoregressive_s)
+    half = for_engine(_engine_file(tmp_path, 'target_runtime = "graph"\ndevice_layer_ratio = 0.5',
+                                   'loop = "x"\ndevice_layer_ratio = "x"\n'),
+                      target, draft, 512)
+    saved = 0.5 * target.runtime.layer_s * target.model.n_layers
+    assert one.autoregressive_s - half.autoregressive_s == pytest.approx(saved, rel=1e-6)
+    assert half.level_s("draft") < one.level_s("draft")

@@ -141,16 +141,16 @@ class CostModel:
                    offload_overlap=self.offload_overlap, stages=self.stages, **extra)
 
     def under(self, runtime: str | None = None, tree_attention: str | None = None,
-              host_layer_ratio: float = 1.0) -> CostModel:
+              host_layer_ratio: float = 1.0, device_layer_ratio: float = 1.0) -> CostModel:
         """This cost model (its class and extras kept) under another runtime and tree attention
-        (None keeps each), its host issue time per layer × `host_layer_ratio` (an engine's
-        model code against the Transformer the runtime was fitted on); itself when nothing
-        changes."""
+        (None keeps each), its host issue time per layer × `host_layer_ratio` and its device's
+        fixed time per layer × `device_layer_ratio` (an engine's model code and kernels against
+        the Transformer the runtime was fitted on); itself when nothing changes."""
         if tree_attention is not None and tree_attention not in TREE_ATTENTION:
             raise InputError(f"tree attention must be one of {', '.join(TREE_ATTENTION)}, "
                              f"got {tree_attention!r}")
         if (runtime in (None, self.runtime.name) and host_layer_ratio == 1.0
-                and tree_attention in (None, self.tree_attention)):
+                and device_layer_ratio == 1.0 and tree_attention in (None, self.tree_attention)):
             return self
         clone = copy.copy(self)
         if runtime is not None:
@@ -160,6 +160,9 @@ class CostModel:
             clone.runtime = dataclasses.replace(
                 r, host_layer_s=r.host_layer_s * host_layer_ratio,
                 prefill_host_layer_s=r.prefill_host_layer_s * host_layer_ratio)
+        if device_layer_ratio != 1.0:
+            clone.runtime = dataclasses.replace(
+                clone.runtime, layer_s=clone.runtime.layer_s * device_layer_ratio)
         if tree_attention is not None:
             clone.tree_attention = tree_attention
         return clone

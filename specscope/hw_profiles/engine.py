@@ -55,7 +55,10 @@ class Engine:
     loop_from_profile: under them, the terms (`LoopCosts` fields; all of them for
     `from_profile = true`) of the loop profile-hw measured on `measured_on` ("" for the box
     itself), those in `uncarried` taken as measured (host work a GPU's launch cost does not
-    multiply: CPU-tensor and Python work); host_layer_ratio: the engine's model code's eager
+    multiply: CPU-tensor and Python work); device_layer_ratio: the engine's fixed device time
+    per layer (its kernels' launches and gaps) over specscope's Transformer's under the same
+    runtime (a fused engine runs fewer kernels a layer); host_layer_ratio: the engine's model
+    code's eager
     host issue time per layer over specscope's Transformer's, which the eager runtimes were
     fitted on; sources: where each stated value comes from, by key, or "assumed: …".
     """
@@ -73,6 +76,7 @@ class Engine:
     uncarried: tuple[str, ...]
     reference_layer_s: float
     host_layer_ratio: float
+    device_layer_ratio: float
     sources: dict[str, str]
 
     def loop_costs(self, hw: HardwareProfile) -> LoopCosts:
@@ -173,12 +177,16 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     ratio = _number(data.get("host_layer_ratio", 1.0), "host_layer_ratio", where)
     if ratio <= 0:
         raise InputError(f"{where}: host_layer_ratio must be positive")
+    device = _number(data.get("device_layer_ratio", 1.0), "device_layer_ratio", where)
+    if device <= 0:
+        raise InputError(f"{where}: device_layer_ratio must be positive")
     sources = data.get("sources", {})
     if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
         raise InputError(f"{where}: [sources] must map keys to strings")
     needed = [k for k in table if k not in _LOOP_SETTINGS]
     needed += ["loop"] if from_profile else []
     needed += ["host_layer_ratio"] if ratio != 1.0 else []
+    needed += ["device_layer_ratio"] if device != 1.0 else []
     unsourced = [k for k in needed if k not in sources and (k == "loop" or "loop" not in sources)]
     if unsourced:
         raise InputError(f"{where}: [sources] says nothing of {unsourced[0]!r} (a source, or "
@@ -189,7 +197,8 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                   tree_attention=data["tree_attention"], baseline=data["baseline"],
                   measured_on=measured_on, stated=values, stated_drafters=drafters,
                   loop_from_profile=from_profile, uncarried=uncarried,
-                  reference_layer_s=reference * 1e-6, host_layer_ratio=ratio, sources=dict(sources))
+                  reference_layer_s=reference * 1e-6, host_layer_ratio=ratio,
+                  device_layer_ratio=device, sources=dict(sources))
 
 
 def _terms(value: Any, key: str, where: str) -> tuple[str, ...]:
