@@ -25,6 +25,11 @@ apply: a tree is tokens per drafted level, `"4,16,16,16,16"`, root not counted):
                                     where it differs from the engine's (`runtime` overrides the
                                     target's), and the tree attention where the paper's own
                                     differs from its engine's (LongSpec's split)
+    anchor_speedup                  the same setup's published speedup at batch 1, for a
+                                    source that publishes speedups over batch but no τ: τ is
+                                    the one whose batch-1 prediction meets it, and the case
+                                    (at its own batch > 1) is predicted with that τ (instead
+                                    of tau)
     any key of the system's own `OPTIONS` (window, exit_fraction, …)
 
 Every mistake is an `InputError` that names the file and the case: an unknown system, key, model
@@ -81,6 +86,7 @@ class Case:
     tree_attention: str | None = None
     offload: float = 0.0
     gpus: int | None = None
+    anchor_speedup: float | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -105,7 +111,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "batch": int, "context": int, "new_tokens": int, "tree": str, "runtime": str, "images": int,
     "tp": int, "baseline": str, "baseline_tau": (int, float), "source": str, "setup": str,
     "engine": str, "baseline_engine": str, "draft_runtime": str, "tree_attention": str,
-    "offload": (int, float), "gpus": int,
+    "offload": (int, float), "gpus": int, "anchor_speedup": (int, float),
 }
 """The shared keys and their TOML types."""
 
@@ -140,9 +146,13 @@ def case_from_table(table: Mapping[str, Any], where: str, options: Mapping[str, 
         (shared if key in _TYPES else own)[key] = value
     if "published_speedup" not in shared and "published_tokens_per_s" not in shared:
         raise InputError(f"{label}: give published_speedup or published_tokens_per_s")
+    if "anchor_speedup" in shared and "tau" in shared:
+        raise InputError(f"{label}: give tau or anchor_speedup (τ solved from batch 1), "
+                         "not both")
     if "tree" in shared:
         shared["tree"] = parse_tree(shared["tree"], label)
-    for key in ("tau", "baseline_tau", "published_speedup", "published_tokens_per_s", "offload"):
+    for key in ("tau", "baseline_tau", "published_speedup", "published_tokens_per_s", "offload",
+                "anchor_speedup"):
         if key in shared:
             shared[key] = float(shared[key])
     case = Case(where=where, options=own, **shared)
@@ -217,6 +227,12 @@ def _check(case: Case) -> None:
         raise case.fail(f"baseline = {case.baseline!r} must be one of {', '.join(BASELINES)}")
     if case.baseline != "autoregressive" and case.baseline_tau is None:
         raise case.fail(f"baseline {case.baseline!r} needs baseline_tau")
+    if case.anchor_speedup is not None:
+        if case.batch == 1 or case.baseline != "autoregressive":
+            raise case.fail("anchor_speedup anchors a batch > 1 case over autoregressive "
+                            "decoding at batch 1")
+        if not case.anchor_speedup > 0:
+            raise case.fail(f"anchor_speedup = {case.anchor_speedup:g} must be positive")
     for key in ("published_speedup", "published_tokens_per_s"):
         value = getattr(case, key)
         if value is not None and value <= 0:

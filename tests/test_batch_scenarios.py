@@ -1,0 +1,56 @@
+"""Published batch rows (`examples/serving/`): a case anchored on its series' batch-1 speedup
+(`anchor_speedup`), and the file of vLLM's speedups against batch size priced as a whole."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from specscope.errors import InputError
+from specscope.systems.registry import SYSTEMS
+from specscope.systems.reproduce import anchored, read_cases, reproduce
+
+BATCH_FILE = Path(__file__).parent.parent / "examples" / "serving" / "batch-vllm-h100.toml"
+CASE = ('[[case]]\nname = "c"\nsystem = "head"\nhw = "h100"\nengine = "vllm"\n'
+        'target = "llama-3.1-8b"\ntree = "1,1,1"\npublished_speedup = 1.4\n')
+
+
+def _file(tmp_path: Path, extra: str) -> Path:
+    path = tmp_path / "batch.toml"
+    path.write_text(CASE + extra)
+    return path
+
+
+def test_the_anchor_sets_tau_so_batch_one_meets_the_anchor(tmp_path: Path) -> None:
+    case = read_cases(_file(tmp_path, "batch = 64\nanchor_speedup = 1.7\n"))[0]
+    solved = anchored(case)
+    one = SYSTEMS["head"].predict(dataclasses.replace(solved, batch=1))
+    assert one.speedup == pytest.approx(1.7, rel=1e-6)
+    row = reproduce(_file(tmp_path, "batch = 64\nanchor_speedup = 1.7\n"))[0]
+    assert row.prediction.tokens_per_step == pytest.approx(solved.tau)
+    assert row.predicted_speedup < 1.7  # the same τ gains less at batch 64
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("batch = 1\nanchor_speedup = 1.7\n", "anchors a batch > 1 case"),
+    ("batch = 8\nanchor_speedup = 1.7\ntau = 2.0\n", "tau or anchor_speedup"),
+    ("batch = 8\nanchor_speedup = -1\n", "anchor_speedup = -1 must be positive"),
+])
+def test_bad_anchors_are_one_clear_error(tmp_path: Path, extra: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        read_cases(_file(tmp_path, extra))
+
+
+def test_every_published_batch_row_prices_and_falls_with_batch() -> None:
+    rows = reproduce(BATCH_FILE)
+    assert len(rows) >= 70
+    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for row in rows:
+        assert row.case.batch > 1 and row.case.anchor_speedup is not None
+        series[row.case.name.rsplit("-b", 1)[0]].append((row.case.batch, row.predicted_speedup))
+    for name, points in series.items():
+        speedups = [s for _, s in sorted(points)]
+        assert speedups == sorted(speedups, reverse=True), name
