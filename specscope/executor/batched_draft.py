@@ -11,13 +11,15 @@ logits are the ones its own single-sequence draft would give (`BatchedModel.veri
 drafts, and the output, do not depend on what else shares the batch.
 
 The threads only take turns: the batched forward runs in the calling thread, torch releases
-the interpreter while it computes, and no two threads touch one row.
+the interpreter while it computes, and no two threads touch one row. They are a pool kept for
+the model's life (grown when more rows draft at once), so a step starts no thread.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import torch
@@ -40,6 +42,8 @@ class BatchedDraft:
         self._done: dict[int, torch.Tensor] = {}
         self._running = False
         self._failed: BaseException | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._workers = 0
 
     def row(self, row: int) -> RowDraft:
         """The single-sequence view of `row`."""
@@ -65,21 +69,28 @@ class BatchedDraft:
 
         with self._cond:
             self._drafting, self._running, self._failed = len(jobs), True, None
-        threads = [threading.Thread(target=work, args=(i, job), daemon=True)
-                   for i, job in enumerate(jobs)]
-        for thread in threads:
-            thread.start()
+        pool = self._pool_for(len(jobs))
+        futures = [pool.submit(work, i, job) for i, job in enumerate(jobs)]
         try:
             self._serve()
         finally:
             with self._cond:
                 self._running = False
                 self._cond.notify_all()
-            for thread in threads:
-                thread.join()
+            for future in futures:
+                future.result()
         if errors:
             raise errors[0]
         return results  # type: ignore[return-value]
+
+    def _pool_for(self, rows: int) -> ThreadPoolExecutor:
+        """The drafting threads, at least `rows` of them (a larger pool replaces a smaller)."""
+        if self._pool is None or self._workers < rows:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            self._pool = ThreadPoolExecutor(max_workers=rows, thread_name_prefix="draft-row")
+            self._workers = rows
+        return self._pool
 
     def _serve(self) -> None:
         """Run a batched forward whenever every row still drafting waits on one."""
