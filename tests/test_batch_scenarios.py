@@ -13,7 +13,7 @@ from specscope.errors import InputError
 from specscope.systems.registry import SYSTEMS
 from specscope.systems.reproduce import anchored, read_cases, reproduce
 
-BATCH_FILE = Path(__file__).parent.parent / "examples" / "serving" / "batch-vllm-h100.toml"
+SERVING = Path(__file__).parent.parent / "examples" / "serving"
 CASE = ('[[case]]\nname = "c"\nsystem = "head"\nhw = "h100"\nengine = "vllm"\n'
         'target = "llama-3.1-8b"\ntree = "1,1,1"\npublished_speedup = 1.4\n')
 
@@ -45,8 +45,8 @@ def test_bad_anchors_are_one_clear_error(tmp_path: Path, extra: str, message: st
 
 
 def test_every_published_batch_row_prices_and_falls_with_batch() -> None:
-    rows = reproduce(BATCH_FILE)
-    assert len(rows) >= 70
+    rows = reproduce(SERVING)
+    assert len(rows) >= 180
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for row in rows:
         assert row.case.batch > 1 and row.case.anchor_speedup is not None
@@ -54,3 +54,10 @@ def test_every_published_batch_row_prices_and_falls_with_batch() -> None:
     for name, points in series.items():
         speedups = [s for _, s in sorted(points)]
         assert speedups == sorted(speedups, reverse=True), name
+
+
+def test_the_rows_where_speculation_loses_are_predicted_near_or_below_break_even() -> None:
+    losing = [r for r in reproduce(SERVING) if r.case.published_speedup < 1.0]
+    assert len(losing) >= 20
+    near = [r for r in losing if r.predicted_speedup < 1.05]
+    assert len(near) >= 0.85 * len(losing), [(r.case.name, r.predicted_speedup) for r in losing]
