@@ -1,5 +1,5 @@
 """Published batch rows (`examples/serving/`): a case anchored on its series' batch-1 speedup
-(`anchor_speedup`), and the file of vLLM's speedups against batch size priced as a whole."""
+(`anchor_speedup`), the files priced as a whole, and an EAGLE-3 head's own vocabulary."""
 
 from __future__ import annotations
 
@@ -44,13 +44,15 @@ def test_bad_anchors_are_one_clear_error(tmp_path: Path, extra: str, message: st
         read_cases(_file(tmp_path, extra))
 
 
-def test_every_published_batch_row_prices_and_falls_with_batch() -> None:
+def test_every_published_batch_row_prices_and_anchored_series_fall_with_batch() -> None:
     rows = reproduce(SERVING)
-    assert len(rows) >= 180
+    assert len(rows) >= 250 and all(row.case.batch > 1 for row in rows)
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for row in rows:
-        assert row.case.batch > 1 and row.case.anchor_speedup is not None
-        series[row.case.name.rsplit("-b", 1)[0]].append((row.case.batch, row.predicted_speedup))
+        if row.case.anchor_speedup is not None:
+            series[row.case.name.rsplit("-b", 1)[0]].append((row.case.batch,
+                                                             row.predicted_speedup))
+    assert len(series) >= 60
     for name, points in series.items():
         speedups = [s for _, s in sorted(points)]
         assert speedups == sorted(speedups, reverse=True), name
@@ -61,3 +63,22 @@ def test_the_rows_where_speculation_loses_are_predicted_near_or_below_break_even
     assert len(losing) >= 20
     near = [r for r in losing if r.predicted_speedup < 1.05]
     assert len(near) >= 0.85 * len(losing), [(r.case.name, r.predicted_speedup) for r in losing]
+
+
+def test_a_head_with_a_smaller_vocabulary_drafts_cheaper_and_a_bad_one_names_the_case(
+        tmp_path: Path) -> None:
+    full = reproduce(_file(tmp_path, "tau = 2.5\n"))[0]
+    small = reproduce(_file(tmp_path, "tau = 2.5\nvocab = 32000\n"))[0]
+    assert small.prediction.parts["draft"] < full.prediction.parts["draft"]
+    assert small.prediction.parts["verify"] == full.prediction.parts["verify"]
+    same = reproduce(_file(tmp_path, "tau = 2.5\nvocab = 128256\n"))[0]
+    assert same.prediction.step_s == pytest.approx(full.prediction.step_s)
+    with pytest.raises(InputError, match="vocab = 999999 must lie in"):
+        reproduce(_file(tmp_path, "tau = 2.5\nvocab = 999999\n"))
+
+
+def test_a_head_runs_at_the_targets_tensor_parallelism(tmp_path: Path) -> None:
+    from specscope.systems import head
+
+    case = read_cases(_file(tmp_path, "tau = 2.5\ntp = 4\n"))[0]
+    assert head.costs(case).drafter.tp == 4

@@ -6,8 +6,13 @@ The head is priced as a one-layer model of the target's shape (`head_spec`): its
 concatenated feature and token embedding, 2d → d), one attention and MLP block over its own KV
 cache of the whole context, the final norm and an untied LM head of the target's vocabulary at
 16 bits (on a Llama-3 target, 128k × 4096: 1 GB read per level, often more than the layer).
+The head runs at the target's tensor parallelism (vLLM's and SGLang's EAGLE workers share the
+target's group). `vocab` gives the head its own LM-head vocabulary: an EAGLE-3 head drafts over
+a reduced one (`draft_vocab_size` 32,000 in SpecForge's configs/llama3-8B-eagle3.json and
+llama3-70B-ealge3.json) and maps its tokens into the target's.
 Approximated: EAGLE-2's reranking of the expanded candidates (host work the profile's per-level
-terms stand for) and the head's own top-k.
+terms stand for) and the head's own top-k; EAGLE-3's fusion of three of the target's layers'
+features (its fc takes 3d, priced as EAGLE's 2d).
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from specscope.systems.case import Case
 from specscope.systems.step import Prediction, cost_model, pricing, speculative, target_model
 
 
-def head_spec(target: ModelSpec) -> ModelSpec:
-    """One decoder layer of `target`'s shape with the target's vocabulary, at 16 bits."""
-    return dataclasses.replace(target, name=f"{target.name}/head", n_layers=1, arch="transformer",
+def head_spec(target: ModelSpec, vocab: int | None = None) -> ModelSpec:
+    """One decoder layer of `target`'s shape with the target's vocabulary (or `vocab`), at 16
+    bits."""
+    name = f"{target.name}/head" + ("" if vocab is None else f"-vocab-{vocab}")
+    return dataclasses.replace(target, name=name, n_layers=1, arch="transformer",
                                attn_layers=(), tie_embeddings=False, weight_bits=16,
-                               vision_encoder="", image_tokens=0, image_patches=0)
+                               vision_encoder="", image_tokens=0, image_patches=0,
+                               vocab_size=vocab or target.vocab_size)
 
 
 class HeadCost(CostModel):
@@ -40,8 +48,12 @@ class HeadCost(CostModel):
 
 
 def head_model(case: Case, target: ModelSpec) -> HeadCost:
-    """The head of `target` on the case's hardware and runtime."""
-    return cost_model(case, head_spec(target), cls=HeadCost)
+    """The head of `target` on the case's hardware and runtime, at the case's tp and with the
+    case's `vocab` (default: the target's)."""
+    vocab = case.options.get("vocab")
+    if vocab is not None and not 0 < vocab <= target.vocab_size:
+        raise case.fail(f"vocab = {vocab} must lie in 1..{target.vocab_size} (the target's)")
+    return cost_model(case, head_spec(target, vocab), cls=HeadCost, tp=case.tp)
 
 
 def costs(case: Case) -> SystemCosts:
@@ -55,9 +67,11 @@ def predict(case: Case) -> Prediction:
     if not case.tree:
         raise case.fail("system head needs a tree (tokens per level)")
     c = costs(case)
+    vocab = case.options.get("vocab")
+    over = "the full vocabulary" if vocab is None else f"a {vocab:,}-token draft vocabulary"
     return speculative(case, pricing(case, c.target, c.drafter), c.source, assumptions=[
-        "one-layer head of the target's shape with a 16-bit LM head over the full vocabulary"])
+        f"one-layer head of the target's shape with a 16-bit LM head over {over}"])
 
 
 SYSTEM = System("head", "Li et al. 2024, EAGLE-2: Faster Inference of Language Models with "
-                "Dynamic Draft Trees (arXiv:2406.16858)", costs, predict, {})
+                "Dynamic Draft Trees (arXiv:2406.16858)", costs, predict, {"vocab": int})
