@@ -164,7 +164,8 @@ def _simulate(out: Path, synthetic: Path, trees: dict[str, Path], seed: int, qui
             request = SimulateRequest(
                 hw=SIM_HW, target=SIM_TARGET, drafter=SIM_DRAFT, trace=trace,
                 policy=policy, tree=trees[SIM_HW] if policy == "static" else None,
-                budget=16, rate=rate, requests=SIM_REQUESTS[quick], max_batch=64, seed=seed)
+                budget=16, rate=rate, requests=SIM_REQUESTS[quick], max_batch=64, seed=seed,
+                against_plain=False)
             with console.status(f"3. simulating {policy} at {rate:g} requests/s"):
                 result = run_simulation(request)
             write_metrics(out / "simulate" / f"{policy}-rate{rate:g}.parquet", result.requests,

@@ -139,7 +139,7 @@ def _simulated(cell: Cell, trace: Trace | None) -> dict[str, Any]:
         weight_bits=cell.weight_bits, rate=float(cell.rate or 0.0),
         max_batch=cell.batch, seed=cell.seed, **dict(cell.simulation),
         system=None if cell.system == NO_SYSTEM else cell.system,
-        system_options=dict(cell.system_options))
+        system_options=dict(cell.system_options), against_plain=False)
     summary = run_simulation(request).summary
     return {name: summary[name] for name in SIMULATED}
 

@@ -237,7 +237,7 @@ def simulate(req: LoadRequest, sizes: LoadSizes, trace: Trace, source: str,
         tree=_tree(policy, req.budget, source), budget=req.budget, max_depth=MAX_DEPTH,
         runtime=runtime, rate=rate * drift, requests=sizes.requests,
         max_batch=sizes.max_batch, token_budget=req.token_budget, prompt_len="trace",
-        output_len=str(sizes.output_len), seed=req.seed)).summary
+        output_len=str(sizes.output_len), seed=req.seed, against_plain=False)).summary
     return dilate(sim, drift)
 
 
