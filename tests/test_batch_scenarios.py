@@ -82,3 +82,18 @@ def test_a_head_runs_at_the_targets_tensor_parallelism(tmp_path: Path) -> None:
 
     case = read_cases(_file(tmp_path, "tau = 2.5\ntp = 4\n"))[0]
     assert head.costs(case).drafter.tp == 4
+
+
+def test_a_head_verifying_fewer_tokens_than_its_beams_draft(tmp_path: Path) -> None:
+    beams = ('[[case]]\nname = "c"\nsystem = "head"\nhw = "h200"\nengine = "sglang"\n'
+             'target = "llama-3.1-8b"\ntree = "3,3,3"\ntau = 2.5\npublished_speedup = 2.0\n')
+    path = tmp_path / "beams.toml"
+    path.write_text(beams + "verified = 6\n")
+    narrow = reproduce(path)[0].prediction
+    path.write_text(beams)
+    wide = reproduce(path)[0].prediction
+    assert narrow.parts["draft"] == wide.parts["draft"]
+    assert narrow.parts["verify"] < wide.parts["verify"]  # 6 tokens, not 1 + 9
+    path.write_text(beams + "verified = 1\n")
+    with pytest.raises(InputError, match=r"verified = 1 must lie in 2\.\.28"):
+        reproduce(path)

@@ -9,7 +9,11 @@ cache of the whole context, the final norm and an untied LM head of the target's
 The head runs at the target's tensor parallelism (vLLM's and SGLang's EAGLE workers share the
 target's group). `vocab` gives the head its own LM-head vocabulary: an EAGLE-3 head drafts over
 a reduced one (`draft_vocab_size` 32,000 in SpecForge's configs/llama3-8B-eagle3.json and
-llama3-70B-ealge3.json) and maps its tokens into the target's.
+llama3-70B-ealge3.json) and maps its tokens into the target's. `verified` sets the tokens a step
+verifies when the head drafts more candidates than it verifies: SGLang's EAGLE worker keeps
+`topk` beams a level (the case's tree gives the beams each level keeps, "3,3,3,3,3" for 5 steps
+at top-3: levels forward 1, 3, 3, 3, 3 nodes) and verifies the best `num_draft_tokens` of their
+candidates, the root counted.
 Approximated: EAGLE-2's reranking of the expanded candidates (host work the profile's per-level
 terms stand for) and the head's own top-k; EAGLE-3's fusion of three of the target's layers'
 features (its fc takes 3d, priced as EAGLE's 2d).
@@ -67,11 +71,17 @@ def predict(case: Case) -> Prediction:
     if not case.tree:
         raise case.fail("system head needs a tree (tokens per level)")
     c = costs(case)
-    vocab = case.options.get("vocab")
+    vocab, verified = case.options.get("vocab"), case.options.get("verified")
+    most = 1 + sum(case.tree) * max(case.tree, default=0)
+    if verified is not None and not 2 <= verified <= most:
+        raise case.fail(f"verified = {verified} must lie in 2..{most} (the candidates the "
+                        "tree's beams propose)")
     over = "the full vocabulary" if vocab is None else f"a {vocab:,}-token draft vocabulary"
     return speculative(case, pricing(case, c.target, c.drafter), c.source, assumptions=[
-        f"one-layer head of the target's shape with a 16-bit LM head over {over}"])
+        f"one-layer head of the target's shape with a 16-bit LM head over {over}"],
+        verified=verified)
 
 
 SYSTEM = System("head", "Li et al. 2024, EAGLE-2: Faster Inference of Language Models with "
-                "Dynamic Draft Trees (arXiv:2406.16858)", costs, predict, {"vocab": int})
+                "Dynamic Draft Trees (arXiv:2406.16858)", costs, predict,
+                {"vocab": int, "verified": int})

@@ -93,24 +93,26 @@ def pricing(case: Case, target: CostModel, draft: CostModel | None,
     return priced
 
 
-def tree_step(price: Pricing, widths: Sequence[int], source: str) -> dict[str, float]:
+def tree_step(price: Pricing, widths: Sequence[int], source: str, verified: int | None = None
+              ) -> dict[str, float]:
     """Seconds of one step drafting the levels `widths` with `source` and verifying them:
-    draft (every level), verify (one target forward of 1 + Σ widths tokens and its host work)
-    and bookkeeping."""
+    draft (every level), verify (one target forward of 1 + Σ widths tokens, or `verified` when
+    the draft keeps more candidates than it verifies, and its host work) and bookkeeping."""
     price.check_chains(any(w > 1 for w in widths), f"the tree {','.join(map(str, widths))}")
     expanded = [1, *widths[:-1]]
     draft = sum(price.level_s(source, w, w) for w in expanded) if widths else 0.0
-    n = 1 + sum(widths)
+    n = verified or 1 + sum(widths)
     return {"draft": draft, "verify": price.verify_s(n, len(widths)),
             "bookkeeping": price.bookkeeping_s if widths else 0.0}
 
 
 def speculative(case: Case, price: Pricing, source: str, tokens_per_step: float | None = None,
-                assumptions: Sequence[str] = (), lossy: bool = False) -> Prediction:
-    """The `Prediction` of drafting the case's tree with `source` under `price`, against
-    autoregressive decoding of the same target."""
+                assumptions: Sequence[str] = (), lossy: bool = False,
+                verified: int | None = None) -> Prediction:
+    """The `Prediction` of drafting the case's tree with `source` under `price` (verifying
+    `verified` tokens a step when given), against autoregressive decoding of the same target."""
     tokens = tokens_per_step or case.tokens_per_step
-    parts = tree_step(price, case.tree, source)
+    parts = tree_step(price, case.tree, source, verified)
     parts["bookkeeping"] = price.bookkeeping_for(tokens) if case.tree else 0.0
     return Prediction(tokens_per_step=tokens,
                       step_s=sum(parts.values()), baseline_s=price.autoregressive_s,
