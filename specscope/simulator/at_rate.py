@@ -102,20 +102,21 @@ def choose_at_rate(req: OptimizeRequest, rate: float, requests: int, seed: int =
                          "price it at a fixed --batch instead")
     alone = run_optimize(req)
     trace = None if req.trace_path is None else read_trace(req.trace_path)
+    budget = req.budget or max(req.budgets or [1])
     sim = SimulateRequest(
         hw=req.hw, target=alone.target, trace=trace, source=alone.source,
         drafter=req.drafter if trace is not None or alone.drafter == NO_DRAFTER
         else alone.drafter,
         acceptance=None if req.acceptance is None else tuple(req.acceptance),
         runtime=req.runtime, engine=req.engine, offload=req.offload, tp=req.tp, rate=rate,
-        requests=requests, seed=seed, budget=req.budget or max(req.budgets or [1]),
-        max_depth=req.max_depth or 0, against_plain=False)
+        requests=requests, seed=seed, budget=budget,
+        max_depth=budget if req.max_depth is None else req.max_depth, against_plain=False)
     total = 2 + MAX_TREES
     plain = run_simulation(dataclasses.replace(sim, policy="none"))
     batch = max(1, round(plain.summary["mean_batch"] or 1))
     if progress:
         progress(1, total)
-    result = run_optimize(dataclasses.replace(req, batch=batch))
+    result = alone if batch == 1 else run_optimize(dataclasses.replace(req, batch=batch))
     candidates = [Candidate("plain decoding", "none", plain.summary)]
     seen = set()
     for score in result.comparison.scores:
