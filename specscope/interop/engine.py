@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,22 @@ from specscope.tree import DEFAULT_SOURCE
 
 SEQUENCE_PROPOSERS = ("ngram", "suffix")
 """Sources an engine's prompt-lookup (n-gram) proposer stands for."""
+
+
+def breadth_first(paths: Iterable[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Rank paths as engines list a static tree: by length, then by ranks (parents first)."""
+    return sorted(paths, key=lambda p: (len(p), p))
+
+
+def orphan(paths: list[tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The first path whose parent path is not listed (None: the paths form one tree)."""
+    have = set(paths)
+    return next((p for p in paths if len(p) > 1 and p[:-1] not in have), None)
+
+
+def is_count(value: object) -> bool:
+    """Whether a config value is an integer ≥ 1 (a JSON boolean is not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from specscope.errors import InputError
-from specscope.interop.engine import Export, Plan, method_for, model_id
+from specscope.interop.engine import Export, Plan, is_count, method_for, model_id
 from specscope.interop.families import best_chain
 from specscope.tree import DEFAULT_SOURCE, Tree
 
@@ -108,5 +108,5 @@ def check(config: dict[str, Any]) -> None:
 
 
 def _whole(value: object, name: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_count(value):
         raise InputError(f"transformers: {name} must be an integer ≥ 1, got {value!r}")

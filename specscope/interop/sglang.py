@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from specscope.errors import InputError
-from specscope.interop.engine import Export, Plan, method_for, model_id
+from specscope.interop.engine import Export, Plan, is_count, method_for, model_id
 from specscope.interop.families import TopK, best_chain, best_topk, topk_tree
 from specscope.tree import DEFAULT_SOURCE, Acceptance, Tree
 
@@ -120,7 +120,7 @@ def check(config: dict[str, Any]) -> None:
             ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"))
     for key in keys:
         value = config.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_count(value):
             raise InputError(f"sglang: {key} must be an integer ≥ 1, got {value!r}")
     if algorithm == "NGRAM":
         if config["speculative_num_draft_tokens"] < 2:

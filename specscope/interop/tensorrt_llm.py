@@ -25,7 +25,15 @@ import json
 from typing import Any
 
 from specscope.errors import InputError
-from specscope.interop.engine import Export, Plan, method_for, model_id
+from specscope.interop.engine import (
+    Export,
+    Plan,
+    breadth_first,
+    is_count,
+    method_for,
+    model_id,
+    orphan,
+)
 from specscope.interop.families import best_chain, best_paths, contiguous
 from specscope.tree import DEFAULT_SOURCE, Tree
 
@@ -60,8 +68,7 @@ def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
     else:
         config["speculative_model"] = draft
     if method in TREE_METHODS:
-        config["eagle_choices"] = [list(p) for p in sorted(tree.rank_paths(),
-                                                           key=lambda p: (len(p), p))]
+        config["eagle_choices"] = [list(p) for p in breadth_first(tree.rank_paths())]
     elif not tree.is_chain:
         raise InputError(f"tensorrt-llm: {method} verifies chains; the tree branches")
     check(config)
@@ -92,7 +99,7 @@ def check(config: dict[str, Any]) -> None:
         raise InputError(f"tensorrt-llm: decoding_type {method!r} is not one of "
                          f"{', '.join(METHODS)}")
     depth = config.get("max_draft_len")
-    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+    if not is_count(depth):
         raise InputError(f"tensorrt-llm: max_draft_len must be an integer > 0 for {method}, "
                          f"got {depth!r}")
     if method != "NGram" and not config.get("speculative_model"):
@@ -107,11 +114,11 @@ def check(config: dict[str, Any]) -> None:
             for c in choices)):
         raise InputError("tensorrt-llm: eagle_choices must be a non-empty list of paths of "
                          "child ranks, such as [[0], [1], [0, 0]]")
-    paths = sorted({tuple(c) for c in choices}, key=lambda p: (len(p), p))
-    orphan = next((p for p in paths if len(p) > 1 and p[:-1] not in set(paths)), None)
-    if orphan is not None:
-        raise InputError(f"tensorrt-llm: eagle_choices path {list(orphan)} is not connected "
-                         f"(no {list(orphan[:-1])})")
+    paths = breadth_first({tuple(c) for c in choices})
+    lone = orphan(paths)
+    if lone is not None:
+        raise InputError(f"tensorrt-llm: eagle_choices path {list(lone)} is not connected "
+                         f"(no {list(lone[:-1])})")
     if depth != max(map(len, paths)):
         raise InputError(f"tensorrt-llm: max_draft_len {depth} differs from the depth of "
                          f"eagle_choices ({max(map(len, paths))}), which replaces it")

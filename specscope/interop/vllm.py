@@ -29,7 +29,15 @@ import json
 from typing import Any
 
 from specscope.errors import InputError
-from specscope.interop.engine import Export, Plan, method_for, model_id
+from specscope.interop.engine import (
+    Export,
+    Plan,
+    breadth_first,
+    is_count,
+    method_for,
+    model_id,
+    orphan,
+)
 from specscope.interop.families import best_chain, best_levels
 from specscope.tree import DEFAULT_SOURCE, Tree
 
@@ -77,8 +85,7 @@ def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
     if method == "ngram":
         config["prompt_lookup_min"], config["prompt_lookup_max"] = NGRAM_MATCH
     if not tree.is_chain:
-        paths = sorted(tree.rank_paths(), key=lambda t: (len(t), t))
-        config["speculative_token_tree"] = str(paths)
+        config["speculative_token_tree"] = str(breadth_first(tree.rank_paths()))
     check(config)
     return config
 
@@ -105,7 +112,7 @@ def check(config: dict[str, Any]) -> None:
     if method not in METHODS:
         raise InputError(f"vllm: method {method!r} is not one of {', '.join(METHODS)}")
     k = config.get("num_speculative_tokens")
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+    if not is_count(k):
         raise InputError(f"vllm: num_speculative_tokens must be an integer > 0, got {k!r}")
     if method in NEEDS_MODEL and not config.get("model"):
         raise InputError(f"vllm: method {method} needs model (the draft)")
@@ -129,14 +136,13 @@ def check(config: dict[str, Any]) -> None:
             for p in paths)):
         raise InputError("vllm: speculative_token_tree must be a string of a non-empty list of "
                          "tuples of child ranks, such as '[(0,), (1,), (0, 0)]'")
-    if paths != sorted(paths, key=lambda t: (len(t), t)) or len(set(paths)) != len(paths):
+    if paths != breadth_first(paths) or len(set(paths)) != len(paths):
         raise InputError("vllm: speculative_token_tree must list distinct paths breadth-first "
                          "(sorted by length, then ranks)")
-    have = set(paths)
-    orphan = next((p for p in paths if len(p) > 1 and p[:-1] not in have), None)
-    if orphan is not None:
-        raise InputError(f"vllm: speculative_token_tree path {orphan} comes without its parent "
-                         f"{orphan[:-1]}")
+    lone = orphan(paths)
+    if lone is not None:
+        raise InputError(f"vllm: speculative_token_tree path {lone} comes without its parent "
+                         f"{lone[:-1]}")
     if len(paths) != k:
         raise InputError(f"vllm: speculative_token_tree holds {len(paths)} paths but "
                          f"num_speculative_tokens is {k}")
