@@ -19,13 +19,9 @@ Those twelve rows become the vLLM engine's calibration; the batch rows in
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-
 import numpy as np
 from scipy.optimize import brentq
 
-from specscope.hw_profiles import CostModel
 from specscope.systems import head
 from specscope.systems.reproduce import read_cases
 
@@ -34,21 +30,14 @@ PLAIN_S = 7.07e-3
 """Plain decoding's TPOT in issue #20780's table (vanilla, batch 1)."""
 
 
-def layer_scaled(model: CostModel, ratio: float) -> CostModel:
-    """`model` with its device's fixed per-layer time × `ratio`."""
-    clone = copy.copy(model)
-    clone.runtime = dataclasses.replace(model.runtime, layer_s=model.runtime.layer_s * ratio)
-    return clone
-
-
 def main() -> None:
     cases = [c for c in read_cases(ROWS) if "#20780" in c.source]
     context = int(cases[0].decode_context)
     costs = head.costs(cases[0])
     target, drafter = costs.target.under("graph"), costs.drafter.under("graph")
-    ratio = brentq(lambda r: float(layer_scaled(target, r).forward_time(1, 1, context))
+    ratio = brentq(lambda r: float(target.under(device_layer_ratio=r).forward_time(1, 1, context))
                    - PLAIN_S, 1e-3, 1.0)
-    target, drafter = layer_scaled(target, ratio), layer_scaled(drafter, ratio)
+    target, drafter = (m.under(device_layer_ratio=ratio) for m in (target, drafter))
     levels, rest = [], []
     for case in cases:
         k = len(case.tree)

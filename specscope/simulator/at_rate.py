@@ -10,8 +10,8 @@ tree that shortens every step also drains the queue. So the choice runs in three
    picks each step's draft length by the same pricing, zero included) and plain decoding beside
    them, all on the same seeded arrivals.
 
-The choice is the candidate with the lowest mean request latency whose throughput stays within
-1% of plain decoding's (`run.BREAK_EVEN`); plain decoding when none beats it.
+The choice is the candidate with the lowest mean request latency among those that beat plain
+decoding by `run.speculation_pays`'s rule; plain decoding when none does.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from specscope.errors import InputError
 from specscope.optimizers.run import OptimizeRequest, OptimizeResult, run_optimize
-from specscope.simulator.run import BREAK_EVEN, SimulateRequest, run_simulation
+from specscope.simulator.run import SimulateRequest, run_simulation, speculation_pays
 from specscope.trace import read_trace
 from specscope.trace.sources import NO_DRAFTER
 
@@ -62,14 +62,11 @@ class RateChoice:
 
     @property
     def best(self) -> Candidate:
-        """The lowest mean latency among those keeping plain decoding's throughput (module
-        docstring); plain decoding unless one beats it by more than `BREAK_EVEN`."""
-        floor = self.plain.summary["throughput_tok_s"] * (1 - BREAK_EVEN)
-        kept = [c for c in self.candidates[1:] if c.summary["throughput_tok_s"] >= floor]
-        best = min(kept, key=lambda c: c.summary["mean_latency_s"], default=self.plain)
-        plain_latency = self.plain.summary["mean_latency_s"]
-        return best if best.summary["mean_latency_s"] * (1 + BREAK_EVEN) < plain_latency \
-            else self.plain
+        """The lowest mean latency among the candidates that beat plain decoding
+        (`run.speculation_pays`); plain decoding when none does."""
+        paying = [c for c in self.candidates[1:]
+                  if speculation_pays(c.summary, self.plain.summary)]
+        return min(paying, key=lambda c: c.summary["mean_latency_s"], default=self.plain)
 
     @property
     def verdict(self) -> str:
