@@ -182,6 +182,19 @@ def test_serve_bench_zoo_is_complete_and_deterministic() -> None:
     assert first.summary["throughput_tok_s"] > 0 and first.summary["mean_batch"] >= 1
 
 
+def test_plain_decoding_runs_no_draft_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--policy none` is plain decoding, as `simulate` prices it: a draft model that the
+    drafter names is never prefilled nor run."""
+    ran: list[str] = []
+    for name in ("start", "propose", "accept"):
+        monkeypatch.setattr(DraftModelDrafter, name,
+                            lambda self, *a, name=name: ran.append(name))
+    req = ServeBenchRequest("tiny-code", rate=50.0, requests=3, drafter="draft",
+                            policy="none", output_len="4", max_batch=2, seed=1)
+    assert run_serve_bench(req).summary["decode_steps"] > 0
+    assert ran == []
+
+
 def test_workload_draws_as_simulate_does() -> None:
     from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
 

@@ -7,8 +7,9 @@ file; `LengthDist` outputs); prompts are the prompt set's, request i taking prom
 size, so prompt lengths are the prompts' own. The requests are replayed in wall-clock time in
 this process by `serving.Server` over the batched target (`batch_target`: one forward for all
 rows of a Transformer, a `PerRowModel` otherwise) and per-row drafters (the `draft` drafter's
-rows share one batched draft model, each level one forward for all rows: `BatchedDraft`), and
-the per-request table, summary, time series and event log are `simulator/metrics.py`'s, plus
+rows share one batched draft model, each level one forward for all rows: `BatchedDraft`;
+plain decoding, `--policy none`, starts none: no draft model prefills the prompts), and the
+per-request table, summary, time series and event log are `simulator/metrics.py`'s, plus
 each request's token times (`token_times_s`, seconds from the run's start).
 """
 
@@ -152,6 +153,8 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
     model = batch_target(session.target, req.max_batch, capacity)
     model.prepare(max_tree)
     _warm_up(model, prompts[0])
+    if req.policy == "none":  # plain decoding starts no drafter, as `simulate` prices it
+        drafters = [Drafter() for _ in drafters]
     server = Server(model, drafters.__getitem__, planner, limits)
     run = server.run(groups, [prompts[g.id % len(prompts)] for g in groups])
     requests = request_table([s.request for s in run.sequences]).with_columns(
