@@ -61,10 +61,8 @@ def test_tiny_run_writes_a_profile_that_load_profile_finds_and_cost_model_prices
     # the batching server's own terms, measured in it: non-negative, and eager pads rows
     assert 0 <= hw.loop.serve_step < 0.01 and 0 <= hw.loop.serve_row < 0.01
     assert hw.loop.pads_context and hw.loop.level_per_row
-    # the first forward after each idle gap of the grid, and the drift probe of every model
+    # the first forward after each idle gap of the grid
     assert hw.wake.idle_s == TINY.wake_gaps and all(0 <= e < 1 for e in hw.wake.extra_s)
-    assert set(hw.drift_reference) == {f"{m} eager" for m in TINY.models}
-    assert all(0.2 < r < 5 for r in hw.drift_reference.values())
     # every step and prompt measured is a [[measured]] table of the eager runtime
     contexts = {(m.model, m.context) for m in hw.measured}
     assert contexts == {(m, c) for m in TINY.models for c in (0, *TINY.contexts)}

@@ -8,7 +8,6 @@ import dataclasses
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from specscope.errors import InputError
@@ -18,6 +17,7 @@ from specscope.hw_profiles.profile import DATA_DIR
 from specscope.hw_profiles.wake import Wake
 from specscope.models import get_model
 from specscope.profiling import drift
+from specscope.profiling.measure import Point
 from specscope.simulator.policies.base import Speculation
 from specscope.simulator.pricing import BatchPricer
 from specscope.simulator.run import SimulateRequest, run_simulation
@@ -125,19 +125,41 @@ def test_a_prefill_after_a_gap_pays_the_wake_penalty(tmp_path: Path) -> None:
     assert cold["mean_tpot_ms"] == pytest.approx(warm["mean_tpot_ms"], rel=1e-6)
 
 
-def test_the_drift_probe_is_read_against_its_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_drift_probe_retimes_the_profiles_own_small_steps(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     hw = load_profile("cpu-2core")
-    table = next(t for t in hw.measured if t.model == "tiny-code" and t.context > 0)
-    monkeypatch.setattr(drift, "timer", lambda runtime, step, repeats, wall: 2e3 * float(
-        table.time_s[0]))  # every step now twice the first point's time (ms)
+    tables = {(t.model, t.batch, t.context): t for t in hw.measured
+              if t.runtime == "eager" and t.context > 0}
+    asked: list[tuple[str, int, int, int]] = []
+
+    def now(spec, runtime, contexts, batches, ns, factor):  # each table's points × factor
+        out = []
+        for b in batches:
+            for c in contexts:
+                for n in ns:
+                    t = tables[spec.name, b, c]
+                    if (t.new_tokens == n).any():
+                        asked.append((spec.name, b, c, n))
+                        out.append(Point(spec.name, runtime.kind, c, n, factor[spec.name] * float(
+                            t.time_s[t.new_tokens == n][0]), b))
+        return out
+
+    factor = {"tiny-code": 2.0, "tiny-code-draft": 3.0}
+    monkeypatch.setattr(drift, "measure_steps", lambda s, r, c, ns, rep: now(s, r, c, [1], ns,
+                                                                             factor))
+    monkeypatch.setattr(drift, "measure_batched", lambda s, r, c, b, ns, rep: now(s, r, c, b, ns,
+                                                                                  factor))
     runtime = Runtime.cpu()
-    bare = drift.machine_drift(dataclasses.replace(hw, drift_reference={}), "tiny-code", runtime)
-    then = np.concatenate([t.time_s[t.new_tokens <= drift.DRIFT_MAX_N] for t in hw.measured
-                           if (t.model, t.runtime, t.batch) == ("tiny-code", "eager", 1)
-                           and t.context > 0])
-    assert bare == pytest.approx(float(np.median(2.0 * table.time_s[0] / then)))
-    ref = dataclasses.replace(hw, drift_reference={drift.drift_key("tiny-code", runtime): 2.0})
-    assert drift.machine_drift(ref, "tiny-code", runtime) == pytest.approx(bare / 2.0)
+    assert drift.machine_drift(hw, "tiny-code", runtime) == pytest.approx(2.0)
+    assert {b for _, b, _, _ in asked} == {1} and max(n for *_, n in asked) <= drift.DRIFT_MAX_N
+    asked.clear()
+    # a load run's probe: every batch it serves, of the target and its draft model, pooled
+    # (as many points of each: the median falls between them)
+    assert drift.machine_drift(hw, ["tiny-code", "tiny-code-draft"], runtime, 4) == (
+        pytest.approx(2.5))
+    assert {b for _, b, _, _ in asked} == {1, 2, 4}
+    assert {m for m, *_ in asked} == {"tiny-code", "tiny-code-draft"}
+    assert drift.machine_drift(hw, "no-such-model", runtime) is None
 
 
 def test_a_server_whose_rows_draft_alone_pays_a_level_host_work_per_row() -> None:

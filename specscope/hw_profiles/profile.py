@@ -111,9 +111,6 @@ class HardwareProfile:
     """Where host_speed comes from, or "assumed: …"."""
     wake: Wake = field(default_factory=Wake)
     """The first forward's extra time after an idle gap (`[idle]`, measured by profile-hw)."""
-    drift_reference: dict[str, float] = field(default_factory=dict)
-    """`validate`'s machine-drift probe as profile-hw ran it right after measuring, by
-    "<model> <runtime>" (`[drift]`): what a later probe is divided by."""
 
     def runtime(self, name: str | None = None) -> RuntimeParams:
         """The parameters of runtime `name` (default: the profile's default runtime)."""
@@ -327,7 +324,6 @@ def profile_from_data(data: dict[str, Any], path: Path) -> HardwareProfile:
         host_link_bandwidth=_optional(data, "interconnect", "host_link_gbs", path) * 1e9,
         **_host(data, path),
         wake=parse_wake(data, path),
-        drift_reference={str(k): _get(data, "drift", k, path) for k in data.get("drift", {})},
     )
 
 

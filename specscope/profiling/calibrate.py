@@ -21,9 +21,7 @@ under each requested `Runtime`, padded buckets compiled or captured on their war
 - after the fit, under the default runtime: the first prefill's extra time after idle gaps
   (`serving.measure_wake`: `[idle]`), and the continuous-batching server's own host work per
   step and per sequence that does not speculate (`serving.measure_serving`: `serve_step_us`,
-  `serve_row_us`), priced by the terms just fitted (it needs simpy as well);
-- last, on the profile as written, `validate`'s machine-drift probe of each model (`[drift]`:
-  what the probe reads on the machine as measured, which later probes are divided by).
+  `serve_row_us`), priced by the terms just fitted (it needs simpy as well).
 
 Warm-up per shape, torch's threads from `use_threads` (`--threads` when given) and recorded
 with why, median of repeats. Each runtime's terms (`[runtime.X]`, see `runtime.py`) are then
@@ -37,9 +35,7 @@ held-out error and the machine's provenance.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,17 +43,15 @@ from pathlib import Path
 import torch
 
 from specscope.atomic import write_text_atomic
-from specscope.errors import InputError, InputWarning
+from specscope.errors import InputError
 from specscope.executor.runtime import Runtime
 from specscope.executor.threads import use_threads
-from specscope.files import parse_toml
 from specscope.hw_profiles.profile import (
     DATA_DIR,
     HardwareProfile,
     check_name,
     is_shipped,
     load_profile,
-    profile_from_data,
     user_profile_dir,
     warn_poor_fit,
     with_runtime,
@@ -68,7 +62,6 @@ from specscope.models.spec import ModelSpec
 from specscope.names import PROFILE_DEVICES, RUNTIMES
 from specscope.outputs import check_output
 from specscope.profiling.batched import batched_jobs
-from specscope.profiling.drift import drift_key, machine_drift
 from specscope.profiling.measure import (
     Point,
     copy_rate,
@@ -280,11 +273,7 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
     report(total, total, "writing")
     wall = time.perf_counter() - start
     text = profile_toml(hw, m, fits, command, wall)
-    default = next(r for r in chosen if r.kind == hw.default_runtime)
-    with warnings.catch_warnings():  # the poor-fit warnings are given once, below
-        warnings.simplefilter("ignore", InputWarning)
-        written = profile_from_data(parse_toml(text, path), path)
-    write_text_atomic(path, text + drift_section(written, grid.models, default))
+    write_text_atomic(path, text)
     for fit in fits.values():
         warn_poor_fit(name, fit.runtime, fit.heldout_median_rel_err, fit.heldout_max_rel_err)
     return ProfileResult(path, fits, m, wall)
@@ -317,20 +306,6 @@ def _jobs(grid: Grid, chosen: Sequence[Runtime], specs: dict[str, ModelSpec]
     batched = [r for r in chosen if r.kind in grid.batch_runtimes]
     return jobs + batched_jobs([specs[m] for m in grid.models], batched, grid.batch_contexts,
                                grid.batches, grid.batch_ns, grid.repeats)
-
-
-def drift_section(hw: HardwareProfile, models: Sequence[str], runtime: Runtime) -> str:
-    """The `[drift]` section: `machine_drift`'s probe of each model under `runtime`, run on the
-    profile just measured, on the machine as it was measured (what later probes divide by)."""
-    lines = []
-    for model in models:
-        ratio = machine_drift(hw, model, runtime)
-        if ratio is not None:
-            lines.append(f"{json.dumps(drift_key(model, runtime))} = {ratio:.4f}")
-    if not lines:
-        return ""
-    return "\n".join(["[drift]    # the machine-drift probe right after measuring", *lines,
-                      ""])
 
 
 def serving_costs(hw: HardwareProfile, m: Measurements, runtime: Runtime, grid: Grid

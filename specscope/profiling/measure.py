@@ -71,16 +71,14 @@ def warmups(runtime: Runtime) -> int:
 
 
 def timer(runtime: Runtime, fn: Callable[[], object], repeats: int,
-          warmup: int | None = None, wall: bool = False) -> float:
+          warmup: int | None = None) -> float:
     """Median milliseconds of `fn` after `warmup` calls (default: `warmups`): CUDA events on a
-    GPU, perf_counter on a CPU; `wall`: perf_counter around the call and a device synchronize
-    on a GPU too (what a loop that waits for each step pays: its host work as well)."""
+    GPU, perf_counter on a CPU."""
     for _ in range(warmups(runtime) if warmup is None else warmup):
         fn()
-    cuda = runtime.device.type == "cuda"
     times = []
     for _ in range(repeats):
-        if cuda and not wall:
+        if runtime.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -90,8 +88,6 @@ def timer(runtime: Runtime, fn: Callable[[], object], repeats: int,
         else:
             start_s = time.perf_counter()
             fn()
-            if cuda:
-                torch.cuda.synchronize()
             times.append(1e3 * (time.perf_counter() - start_s))
     return statistics.median(times)
 

@@ -18,7 +18,8 @@
    are their mean: a shared machine's speed moves by tens of percent within a minute, and the
    p99 of a few dozen requests is nearly their maximum.
 5. Machine drift, as `validate` measures it (`machine_drift`: the profile's own steps re-timed
-   now against then), before the first real run and after each; a cell's drift d is the
+   now against then, here the target's and the draft model's at every batch up to the run's
+   maximum), before the first real run and after each; a cell's drift d is the
    geometric mean of the probes around its runs. The simulation, made for the machine as
    profiled, is corrected by time dilation: every simulated duration scaled by d is the same run
    as arrivals d times as fast, so the cell is simulated at d × rate and its times multiplied by
@@ -188,7 +189,8 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
             ladder = [(f * saturation, f) for f in sizes.fractions]
         else:
             ladder = [(r, r / max(req.rates)) for r in req.rates]
-        probes = [machine_drift(profile, req.model, runtime)]
+        probed = [req.model] + ([draft_name] if draft_name is not None else [])
+        probes = [machine_drift(profile, probed, runtime, sizes.max_batch)]
         cells = []
         for rate, fraction in ladder:
             runs: dict[str, list[dict[str, Any]]] = {p: [] for p in req.policies}
@@ -196,7 +198,7 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
             for _ in range(sizes.repeats):  # each policy's turns interleaved with the others'
                 for policy in req.policies:
                     runs[policy].append(real(policy, rate))
-                    probes.append(machine_drift(profile, req.model, runtime))
+                    probes.append(machine_drift(profile, probed, runtime, sizes.max_batch))
                     around[policy] += probes[-2:]
             for policy in req.policies:
                 drift = (None if None in around[policy]
