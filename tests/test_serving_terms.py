@@ -61,8 +61,9 @@ def test_choosing_is_paid_per_step_by_a_choosing_policy_only(tmp_path: Path) -> 
             tree=Tree.chain(3, "ngram") if policy == "static" else None, rate=2.0, requests=16,
             max_batch=4, prompt_len="64", output_len="16", seed=3)).summary["mean_tpot_ms"]
 
+    # every step pays 2 ms more and yields at most 4 tokens (a chain of 3 and the bonus)
     assert tpot("smartspec", choose_step=2e-3, choose_row=0.0) > tpot(
-        "smartspec", choose_step=0.0, choose_row=0.0) + 1.0
+        "smartspec", choose_step=0.0, choose_row=0.0) + 0.5
     assert tpot("static", choose_step=2e-3, choose_row=0.0) == pytest.approx(
         tpot("static", choose_step=0.0, choose_row=0.0))
 
@@ -177,3 +178,23 @@ def test_a_server_whose_rows_draft_alone_pays_a_level_host_work_per_row() -> Non
     extra = priced[True].draft_s([90] * 4, specs) - priced[False].draft_s([90] * 4, specs)
     level = priced[True]._host.level  # the level's host work, cold term included
     assert extra == pytest.approx(3 * 3 * level, rel=1e-9)  # 3 levels × 3 further rows
+
+
+def test_rows_sharing_a_batched_draft_pay_their_handover_per_level() -> None:
+    hw = load_profile("cpu-2core")
+    draft = CostModel(hw, get_model("tiny-code-draft"), runtime="eager")
+    source = "draft:tiny-code-draft"
+    priced = {}
+    for shared in (0.0, 1e-4):
+        loop = dataclasses.replace(hw.loop, shared_row=shared)
+        t = CostModel(dataclasses.replace(hw, loop=loop), get_model("tiny-code"), runtime="eager")
+        priced[shared] = BatchPricer(t, draft, source)
+    specs = [Speculation.of(Tree.chain(3, source))] * 4 + [Speculation.of(Tree.root())]
+    extra = priced[1e-4].step_s([90] * 5, specs) - priced[0.0].step_s([90] * 5, specs)
+    assert extra == pytest.approx(3 * 4 * 1e-4, rel=1e-9)  # 3 levels × 4 drafting rows
+    # a lone drafting row drafts in the calling thread: nothing shared
+    lone = [Speculation.of(Tree.chain(3, source))] + [Speculation.of(Tree.root())] * 4
+    assert priced[1e-4].step_s([90] * 5, lone) == priced[0.0].step_s([90] * 5, lone)
+    # a model-free drafter shares no draft forward
+    ngram = [Speculation.of(Tree.chain(3, "ngram"))] * 4
+    assert priced[1e-4].step_s([90] * 4, ngram) == priced[0.0].step_s([90] * 4, ngram)

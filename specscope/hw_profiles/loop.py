@@ -17,7 +17,8 @@ LOOP_KEYS = {"step_us": "step", "level_us": "level", "node_us": "node",
              "sampled_verify_us": "sampled_verify", "cold_level_us": "draft_cold",
              "cold_verify_us": "verify_cold", "baseline_token_us": "baseline_token",
              "serve_step_us": "serve_step", "serve_row_us": "serve_row",
-             "choose_step_us": "choose_step", "choose_row_us": "choose_row"}
+             "choose_step_us": "choose_step", "choose_row_us": "choose_row",
+             "shared_row_us": "shared_row"}
 """TOML keys (µs) of a profile's `[speculation]` and an engine's `[loop]`, by field."""
 
 
@@ -41,7 +42,10 @@ class LoopCosts:
     commit and drafter update) beyond its forwards and the terms above
     (`profiling.serving.measure_serving`); choose_step / choose_row: what a policy that chooses
     each step's speculation from the step's prices (SmartSpec: the goodput of every length)
-    spends choosing, per step and per running sequence, in that server; pads_context: the
+    spends choosing, per step and per running sequence, in that server; shared_row: what each
+    sequence of that server pays per draft-model level it shares with other sequences' in one
+    batched draft forward (its thread hands its nodes over and waits for its logits:
+    `executor/batched_draft.py`) beyond `level`; pads_context: the
     loop's batched pass reads every row's keys up to the longest row's context (specscope's
     batched target under eager does: one tensor of B × longest), where a paged-attention engine
     reads each row's own;
@@ -66,6 +70,7 @@ class LoopCosts:
     serve_row: float = 0.0
     choose_step: float = 0.0
     choose_row: float = 0.0
+    shared_row: float = 0.0
     pads_context: bool = False
     level_per_row: bool = False
 
@@ -85,7 +90,7 @@ class LoopCosts:
         return self.verify
 
 
-SERVER_TERMS = ("serve_step", "serve_row", "choose_step", "choose_row")
+SERVER_TERMS = ("serve_step", "serve_row", "choose_step", "choose_row", "shared_row")
 """The terms of specscope's own batching server, not of a decode loop."""
 LOOP_TERMS = tuple(f.name for f in fields(LoopCosts) if f.name not in (*FLAGS, *SERVER_TERMS))
 """Every term of a decode loop, by field name: what an engine may carry from a measured profile

@@ -318,7 +318,7 @@ def serving_costs(hw: HardwareProfile, m: Measurements, runtime: Runtime, grid: 
     if m.loop is None or not grid.serve_batches:
         return hw
     try:
-        loop = measure_serving(hw, runtime, grid.serve_batches)
+        loop = measure_serving(hw, runtime, grid.serve_batches, m.points)
     except ImportError as exc:
         m.notes.append(f"the batching server's costs not measured: {exc}")
         return hw

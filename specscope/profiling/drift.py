@@ -22,7 +22,7 @@ from specscope.executor.runtime import Runtime
 from specscope.hw_profiles import HardwareProfile
 from specscope.models import get_model
 from specscope.profiling.batched import measure_batched
-from specscope.profiling.measure import measure_steps
+from specscope.profiling.measure import Point, measure_steps
 
 DRIFT_MAX_N = 8
 """Tree sizes re-timed by `machine_drift` (the small steps a decode loop runs)."""
@@ -30,31 +30,36 @@ DRIFT_MAX_N = 8
 
 def machine_drift(profile: HardwareProfile, spec_names: str | Sequence[str], runtime: Runtime,
                   max_batch: int = 1, repeats: int = 7) -> float | None:
-    """How fast this machine runs now against when the profile was measured: the median, over
-    the profile's own measured points of each model of `spec_names` under `runtime` (batch ≤
-    `max_batch`, n ≤ 8, context > 0), of the step time now (the same shapes through the
-    executor, random weights and timing as profile-hw's) over the time in the profile. None
-    when the profile holds no such points. A ratio far from 1 says that part of every
-    step-time miss is the machine, not the model."""
+    """How fast this machine runs now against when the profile was measured: `retime` of the
+    profile's own measured points. A ratio far from 1 says that part of every step-time miss
+    is the machine, not the model."""
+    then = [Point(t.model, t.runtime, t.context, int(n), float(s), t.batch)
+            for t in profile.measured for n, s in zip(t.new_tokens, t.time_s, strict=True)]
+    return retime(then, spec_names, runtime, max_batch, repeats)
+
+
+def retime(then: Sequence[Point], spec_names: str | Sequence[str], runtime: Runtime,
+           max_batch: int = 1, repeats: int = 7) -> float | None:
+    """The median, over the points of `then` of each model of `spec_names` under `runtime`
+    (batch ≤ `max_batch`, n ≤ 8, context > 0), of the step time now (the same shapes through
+    the executor, random weights and timing as profile-hw's) over the time in `then`. None
+    when there are no such points."""
     names = [spec_names] if isinstance(spec_names, str) else list(spec_names)
     ratios = []
     for name in names:
-        tables = {(t.batch, t.context): t for t in profile.measured
-                  if (t.model, t.runtime) == (name, runtime.kind) and t.batch <= max_batch
-                  and t.context > 0}
-        ns = sorted({int(n) for t in tables.values() for n in t.new_tokens if n <= DRIFT_MAX_N})
-        if not ns:
+        old = {(p.batch, p.context, p.new_tokens): p.time_s for p in then
+               if (p.model, p.runtime) == (name, runtime.kind) and p.batch <= max_batch
+               and p.context > 0 and p.new_tokens <= DRIFT_MAX_N}
+        if not old:
             continue
         spec = get_model(name)
-        contexts = sorted({c for b, c in tables if b == 1})
-        batches = sorted({b for b, _ in tables if b > 1})
+        ns = sorted({n for _, _, n in old})
+        contexts = sorted({c for b, c, _ in old if b == 1})
+        batches = sorted({b for b, _, _ in old if b > 1})
         now = measure_steps(spec, runtime, contexts, ns, repeats) if contexts else []
-        batched = sorted({c for b, c in tables if b > 1})
         if batches:
-            now += measure_batched(spec, runtime, batched, batches, ns, repeats)
-        for point in now:
-            table = tables.get((point.batch, point.context))
-            hit = None if table is None else table.new_tokens == point.new_tokens
-            if hit is not None and hit.any():
-                ratios.append(point.time_s / float(table.time_s[hit][0]))
+            now += measure_batched(spec, runtime, sorted({c for b, c, _ in old if b > 1}),
+                                   batches, ns, repeats)
+        ratios += [p.time_s / old[p.batch, p.context, p.new_tokens] for p in now
+                   if (p.batch, p.context, p.new_tokens) in old]
     return float(np.median(ratios)) if ratios else None

@@ -9,7 +9,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from specscope.hw_profiles.loop import LoopCosts
+from specscope.hw_profiles.loop import SERVER_TERMS, LoopCosts
 from specscope.hw_profiles.profile import HardwareProfile
 from specscope.hw_profiles.runtime import runtime_toml
 from specscope.profiling.measure import SAMPLED_TEMPERATURE, Point
@@ -130,7 +130,7 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
             f"stop_rule_us = {loop.stop_rule * 1e6:.4g}    # SpecDec++'s stop check per "
             "drafted token",
         ]
-        if loop.serve_step or loop.serve_row or loop.choose_step or loop.choose_row:
+        if any(getattr(loop, term) for term in SERVER_TERMS):
             lines += [
                 f"serve_step_us = {loop.serve_step * 1e6:.4g}    # the batching server's work "
                 "per step",
@@ -140,6 +140,8 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
                 "length per step",
                 f"choose_row_us = {loop.choose_row * 1e6:.4g}    # the same per running "
                 "sequence",
+                f"shared_row_us = {loop.shared_row * 1e6:.4g}    # per sequence and draft "
+                "level, sharing one batched draft forward",
                 f"pads_context = {str(loop.pads_context).lower()}    # its batched pass reads "
                 "each row up to the longest row's context",
                 f"level_per_row = {str(loop.level_per_row).lower()}    # a draft level's host "

@@ -13,13 +13,20 @@ arrive at once, with plain decoding (`none`) and a static chain, at batches `SER
 every step is timed (`Planner.stepped`) and priced by the profile just fitted, and the
 difference is fitted by least squares as
 
-    measured − priced = serve_step + serve_row × (sequences that do not speculate),
+    measured / d − priced = serve_step + serve_row × (sequences that do not speculate),
 
+where d is the machine's drift since the grid the fit was made from (the grid's own small
+steps re-timed before and after each phase, `drift.retime`: a shared VM's speed moves by
+10-20% within the two minutes between, which would otherwise be fitted as the server's work),
 the server's own work per step and per plain sequence (`LoopCosts.serve_step`, `.serve_row`;
 each at least 0); it also marks `pads_context` under eager (the batched target's eager pass
 reads every row up to the longest row's context; graph and compile read the whole cache, which
 this does not price) and `level_per_row` (each row's drafter does a draft level's host work
-itself). The prompts are the zoo's `docstring` set, which `validate` and `validate --load` do
+itself). Then the server drafts the static chain from the zoo's draft model, its rows sharing
+one batched draft model as serve-bench runs them (`BatchedDraft`: each row's thread hands its
+level's nodes over and waits for one forward of all rows), and what those steps take beyond
+their price with the terms just fitted is fitted per row and draft level (`shared_row`). The
+prompts are the zoo's `docstring` set, which `validate` and `validate --load` do
 not use by default, so a validation never re-prices the steps that priced it.
 
 `measure_wake`: the same target prefills a prompt of `WAKE_PROMPT` tokens warm, then again
@@ -37,6 +44,8 @@ the server is timed in it too (`Policy.plan` of a SmartSpec planner at each batc
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -47,11 +56,15 @@ from specscope.hw_profiles import CostModel, HardwareProfile
 from specscope.hw_profiles.loop import LoopCosts
 from specscope.hw_profiles.wake import Wake
 from specscope.models import get_model
-from specscope.profiling.measure import BOOKKEEPING_TARGET
+from specscope.names import MODEL_FREE_SOURCES
+from specscope.profiling.drift import retime
+from specscope.profiling.measure import BOOKKEEPING_TARGET, Point
 from specscope.tree import Tree
 
 if TYPE_CHECKING:
     from specscope.draft import DraftedTree
+    from specscope.executor.drafters import Drafter
+    from specscope.executor.session import Session
     from specscope.executor.targets import Model
     from specscope.executor.verify import Verdict
     from specscope.serving.planners import Planner
@@ -80,19 +93,30 @@ WAKE_REPEATS = 3
 
 
 def measure_serving(hw: HardwareProfile, runtime: Runtime,
-                    batches: Sequence[int] = SERVE_BATCHES) -> LoopCosts:
-    """`hw.loop` with `serve_step` and `serve_row` measured in the batching server (module
-    docstring) under `runtime`, whose section of `hw` prices the forwards."""
-    from specscope.executor.session import load_session
+                    batches: Sequence[int] = SERVE_BATCHES, then: Sequence[Point] = ()
+                    ) -> LoopCosts:
+    """`hw.loop` with the batching server's terms measured in it (module docstring) under
+    `runtime`, whose section of `hw` prices the forwards; `then` are the grid's points the
+    fit was made from, re-timed around each phase so that the machine's drift since the grid
+    (`drift.retime`) is not taken for the server's work."""
+    from specscope.executor.session import draft_model_for, load_session
     from specscope.serving.planners import make_planner
     from specscope.simulator.pricing import BatchPricer
 
-    session = load_session(BOOKKEEPING_TARGET, None, runtime)
+    session = load_session(BOOKKEEPING_TARGET, draft_model_for(["draft"]), runtime)
     target, spec = session.target, get_model(BOOKKEEPING_TARGET)
+    probed = [BOOKKEEPING_TARGET, session.draft.name] if session.draft else [BOOKKEEPING_TARGET]
+    probes = [retime(then, probed, runtime, max(batches)) or 1.0]
+
+    def drift() -> float:
+        """The geometric mean of the probes before and after the phase just run."""
+        probes.append(retime(then, probed, runtime, max(batches)) or 1.0)
+        return math.sqrt(probes[-2] * probes[-1])
     prompts = [p for p in session.prompts(SERVE_PROMPTS)
                if 2 <= len(p) <= spec.max_seq_len - SERVE_OUTPUT - CHAIN - 1]
     unserved = dataclasses.replace(hw, loop=dataclasses.replace(
-        hw.loop, serve_step=0.0, serve_row=0.0, pads_context=runtime.kind == "eager"))
+        hw.loop, serve_step=0.0, serve_row=0.0, shared_row=0.0,
+        pads_context=runtime.kind == "eager", level_per_row=True))
     pricer = BatchPricer(CostModel(unserved, spec, runtime=runtime.kind), None, "ngram")
     rows: list[tuple[float, float]] = []
     residuals: list[float] = []
@@ -102,15 +126,52 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
             planner, max_tree = make_planner(policy, "ngram", CHAIN + 1, CHAIN, tree)
             timed = _Timed(planner, pricer)
             _serve(target, prompts, batch, timed, max_tree)
-            for plain, measured, priced in timed.steps[1:]:  # the first step warms up
+            for plain, _, measured, priced in timed.steps[1:]:  # the first step warms up
                 rows.append((1.0, plain))
-                residuals.append(measured - priced)
-    x, y = np.array(rows), np.array(residuals)
-    step, row = _nonnegative_lstsq(x, y)
-    choose_step, choose_row = _nonnegative_lstsq(*_choosing(target, prompts, batches, pricer))
-    return dataclasses.replace(hw.loop, serve_step=step, serve_row=row,
-                               choose_step=choose_step, choose_row=choose_row,
-                               pads_context=runtime.kind == "eager", level_per_row=True)
+                residuals.append((measured, priced))
+    d = drift()
+    step, row = _nonnegative_lstsq(np.array(rows), np.array([m / d - p for m, p in residuals]))
+    choosing, spent = _choosing(target, prompts, batches, pricer)
+    choose_step, choose_row = _nonnegative_lstsq(choosing, spent / drift())
+    served = dataclasses.replace(unserved.loop, serve_step=step, serve_row=row,
+                                 choose_step=choose_step, choose_row=choose_row)
+    levels, timed_steps = _sharing(session, prompts, batches,
+                                   dataclasses.replace(unserved, loop=served))
+    d = drift()
+    shared = _nonnegative_lstsq(levels[:, None], timed_steps[:, 0] / d - timed_steps[:, 1])[0]
+    return dataclasses.replace(served, shared_row=shared)
+
+
+def _sharing(session: Session, prompts: Sequence[Sequence[int]], batches: Sequence[int],
+             hw: HardwareProfile) -> tuple[np.ndarray, np.ndarray]:
+    """The server drafting a static chain from the session's draft model, its rows sharing it
+    as serve-bench runs them (`BatchedDraft`), at each batch: per step, the rows' draft-model
+    levels, and its (measured, priced on `hw`) seconds."""
+    from specscope.executor.batched_draft import BatchedDraft
+    from specscope.executor.batched_transformer import batch_target
+    from specscope.executor.drafters import make_drafter
+    from specscope.serving.planners import make_planner
+    from specscope.simulator.pricing import BatchPricer
+
+    assert session.draft is not None
+    levels, seconds = [], []
+    for batch in batches:
+        shared = BatchedDraft(batch_target(session.draft, batch))
+        drafters = [make_drafter("draft", session.target.vocab_size, draft_model=shared.row(r))
+                    for r in range(batch)]
+        source = drafters[0].source
+        kind = session.runtime.kind
+        pricer = BatchPricer(CostModel(hw, get_model(session.target.name), runtime=kind),
+                             CostModel(hw, get_model(session.draft.name), runtime=kind), source)
+        planner, max_tree = make_planner("static", source, CHAIN + 1, CHAIN,
+                                         Tree.chain(CHAIN, source), run=shared.run)
+        shared.model.prepare(max_tree)
+        timed = _Timed(planner, pricer)
+        _serve(session.target, prompts, batch, timed, max_tree, drafters)
+        for _, row_levels, measured, priced in timed.steps[1:]:
+            levels.append(row_levels)
+            seconds.append((measured, priced))
+    return np.array(levels, dtype=float), np.array(seconds)
 
 
 def _choosing(target: Model, prompts: Sequence[Sequence[int]], batches: Sequence[int],
@@ -145,9 +206,9 @@ def _choosing(target: Model, prompts: Sequence[Sequence[int]], batches: Sequence
 
 
 def _serve(target: Model, prompts: Sequence[Sequence[int]], batch: int, planner: Planner,
-           max_tree: int) -> None:
+           max_tree: int, drafters: Sequence[Drafter] | None = None) -> None:
     """`SERVE_REQUESTS_PER_ROW` × `batch` requests of `SERVE_OUTPUT` tokens, all arriving at
-    once, served with n-gram drafting and `planner` at batch `batch`."""
+    once, served with `planner` at batch `batch` by `drafters` (one per row; default n-gram)."""
     from specscope.executor.batched_transformer import batch_target
     from specscope.executor.drafters import make_drafter
     from specscope.serving.bench import prompted_groups
@@ -162,7 +223,7 @@ def _serve(target: Model, prompts: Sequence[Sequence[int]], batch: int, planner:
     longest = max(map(len, served))
     model = batch_target(target, batch, longest + SERVE_OUTPUT + max_tree)
     model.prepare(max_tree)
-    drafters = [make_drafter("ngram", target.vocab_size) for _ in range(batch)]
+    drafters = drafters or [make_drafter("ngram", target.vocab_size) for _ in range(batch)]
     limits = Limits(batch, batch * (longest + max_tree), None, max_tree)
     Server(model, drafters.__getitem__, planner, limits).run(
         prompted_groups(workload, 0, prompts), served)
@@ -201,22 +262,22 @@ def measure_wake(runtime: Runtime, gaps: Sequence[int | float] = WAKE_GAPS) -> W
     return Wake(tuple(float(g) for g in gaps), tuple(extra))
 
 
-def _nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Least squares of y ≈ x · (a, b) with a, b ≥ 0 (scipy's bounded solver)."""
+def _nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[float, ...]:
+    """Least squares of y ≈ x · c with every c ≥ 0 (scipy's bounded solver)."""
     from scipy.optimize import lsq_linear
 
-    fit = lsq_linear(x, y, bounds=(0.0, np.inf))
-    return float(fit.x[0]), float(fit.x[1])
+    return tuple(float(c) for c in lsq_linear(x, y, bounds=(0.0, np.inf)).x)
 
 
 class _Timed:
-    """A planner that records each step: its sequences that do not speculate, its measured
-    seconds and the seconds `pricer` gives it without the server's terms."""
+    """A planner that records each step: its sequences that do not speculate, its rows' draft
+    levels of a draft model shared with another row, its measured seconds and the seconds
+    `pricer` gives it."""
 
     def __init__(self, inner: Planner, pricer: BatchPricer) -> None:
         self.inner, self.pricer = inner, pricer
-        self.steps: list[tuple[int, float, float]] = []
-        self._step: tuple[int, float] | None = None
+        self.steps: list[tuple[int, int, float, float]] = []
+        self._step: tuple[int, int, float] | None = None
 
     def trees(self, running: Sequence[Served], step: int) -> list[DraftedTree]:
         from specscope.simulator.policies.base import Speculation
@@ -224,8 +285,12 @@ class _Timed:
         drafted = self.inner.trees(running, step)
         specs = [Speculation(d.tree, d.forwards) for d in drafted]
         contexts = [s.request.context_len for s in running]
-        plain = sum(not self.pricer.shape(s).speculates for s in specs)
-        self._step = (plain, self.pricer.step_s(contexts, specs))
+        shapes = [self.pricer.shape(s) for s in specs]
+        plain = sum(not shape.speculates for shape in shapes)
+        rows = Counter(key for shape in shapes for key, _, _ in shape.levels
+                       if key[1] not in MODEL_FREE_SOURCES)
+        row_levels = sum(count for count in rows.values() if count > 1)  # shared levels
+        self._step = (plain, row_levels, self.pricer.step_s(contexts, specs))
         return drafted
 
     def observe(self, index: int, served: Served, drafted: DraftedTree, verdict: Verdict
@@ -234,6 +299,7 @@ class _Timed:
 
     def stepped(self, seconds: float) -> None:
         if self._step is not None:
-            self.steps.append((self._step[0], seconds, self._step[1]))
+            plain, row_levels, priced = self._step
+            self.steps.append((plain, row_levels, seconds, priced))
             self._step = None
         self.inner.stepped(seconds)

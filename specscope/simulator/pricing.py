@@ -28,7 +28,9 @@ A loop whose batched pass pads (`LoopCosts.pads_context`: specscope's batched ta
 eager) reads every row's keys up to the longest row's context: its forwards are priced at the
 batch's longest context instead of the mean (the linear layers see the same tokens either way).
 A loop whose rows do their own draft-level host work (`LoopCosts.level_per_row`: specscope's
-server) pays it once per drafting request, not once per batched level.
+server) pays it once per drafting request, not once per batched level, and, when two or more
+rows draft a level, each row's hand-over to the one batched draft forward (`shared_row`: a
+lone row drafts in the calling thread).
 
 The host terms (per level, per verification, per step) are `Pricing`'s own (`host_terms`).
 
@@ -166,7 +168,8 @@ class HostTerms:
     """Host seconds a speculative step adds to the model forwards, as `Pricing` prices them:
     per draft-model level, per verification, per step (bookkeeping), `level_s` of a
     model-free source, per further node a draft-model level proposes for, and the batching
-    server's own work per step and per sequence that does not speculate (`LoopCosts`)."""
+    server's own work per step, per sequence that does not speculate and per sequence sharing a
+    batched draft level (`LoopCosts`)."""
 
     level: float
     verify: float
@@ -179,6 +182,7 @@ class HostTerms:
     level_per_row: bool = False
     choose_step: float = 0.0
     choose_row: float = 0.0
+    shared_row: float = 0.0
 
 
 def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0,
@@ -191,7 +195,8 @@ def host_terms(target: CostModel, drafter: CostModel | None, temperature: float 
     node = ref.loop.node if drafter is not None else 0.0
     return HostTerms(level, ref.verify_extra_s, ref.bookkeeping_s, ref.level_s, node,
                      ref.loop.serve_step, ref.loop.serve_row, ref.loop.pads_context,
-                     ref.loop.level_per_row, ref.loop.choose_step, ref.loop.choose_row)
+                     ref.loop.level_per_row, ref.loop.choose_step, ref.loop.choose_row,
+                     ref.loop.shared_row)
 
 
 @dataclass(frozen=True)
@@ -309,7 +314,8 @@ class BatchPricer:
             return count * self._host.level_s(source)
         if self._drafter is None:
             return 0.0
-        host = self._host.level * (count if self._host.level_per_row else 1)
+        host = (self._host.level * (count if self._host.level_per_row else 1)
+                + (count * self._host.shared_row if count > 1 else 0.0))
         return (self._drafter.forward(count, forwarded, context_sum / count) + host
                 + (expanded - count) * self._host.node)
 
