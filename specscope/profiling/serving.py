@@ -112,6 +112,7 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
         """The geometric mean of the probes before and after the phase just run."""
         probes.append(retime(then, probed, runtime, max(batches)) or 1.0)
         return math.sqrt(probes[-2] * probes[-1])
+
     prompts = [p for p in session.prompts(SERVE_PROMPTS)
                if 2 <= len(p) <= spec.max_seq_len - SERVE_OUTPUT - CHAIN - 1]
     unserved = dataclasses.replace(hw, loop=dataclasses.replace(
@@ -119,7 +120,7 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
         pads_context=runtime.kind == "eager", level_per_row=True))
     pricer = BatchPricer(CostModel(unserved, spec, runtime=runtime.kind), None, "ngram")
     rows: list[tuple[float, float]] = []
-    residuals: list[float] = []
+    timed_s: list[tuple[float, float]] = []
     for policy in ("none", "static"):
         tree = Tree.chain(CHAIN, "ngram") if policy == "static" else None
         for batch in batches:
@@ -128,13 +129,15 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
             _serve(target, prompts, batch, timed, max_tree)
             for plain, _, measured, priced in timed.steps[1:]:  # the first step warms up
                 rows.append((1.0, plain))
-                residuals.append((measured, priced))
+                timed_s.append((measured, priced))
     d = drift()
-    step, row = _nonnegative_lstsq(np.array(rows), np.array([m / d - p for m, p in residuals]))
+    step, row = _nonnegative_lstsq(np.array(rows), np.array([m / d - p for m, p in timed_s]))
     choosing, spent = _choosing(target, prompts, batches, pricer)
     choose_step, choose_row = _nonnegative_lstsq(choosing, spent / drift())
     served = dataclasses.replace(unserved.loop, serve_step=step, serve_row=row,
                                  choose_step=choose_step, choose_row=choose_row)
+    if not any(b > 1 for b in batches):  # a lone row shares no draft forward: not measured
+        return served
     levels, timed_steps = _sharing(session, prompts, batches,
                                    dataclasses.replace(unserved, loop=served))
     d = drift()
@@ -145,8 +148,9 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
 def _sharing(session: Session, prompts: Sequence[Sequence[int]], batches: Sequence[int],
              hw: HardwareProfile) -> tuple[np.ndarray, np.ndarray]:
     """The server drafting a static chain from the session's draft model, its rows sharing it
-    as serve-bench runs them (`BatchedDraft`), at each batch: per step, the rows' draft-model
-    levels, and its (measured, priced on `hw`) seconds."""
+    as serve-bench runs them (`BatchedDraft`), at each batch of two or more (a lone row shares
+    nothing): per step, the draft-model levels its rows share, and its (measured, priced on
+    `hw`) seconds."""
     from specscope.executor.batched_draft import BatchedDraft
     from specscope.executor.batched_transformer import batch_target
     from specscope.executor.drafters import make_drafter
@@ -155,7 +159,7 @@ def _sharing(session: Session, prompts: Sequence[Sequence[int]], batches: Sequen
 
     assert session.draft is not None
     levels, seconds = [], []
-    for batch in batches:
+    for batch in (b for b in batches if b > 1):
         shared = BatchedDraft(batch_target(session.draft, batch))
         drafters = [make_drafter("draft", session.target.vocab_size, draft_model=shared.row(r))
                     for r in range(batch)]
