@@ -141,6 +141,8 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
                                      in_turn if shared is None else shared.run)
     limits = Limits(req.max_batch, req.token_budget, req.chunked_prefill, max_tree)
     limits.check()
+    if req.policy == "none":  # plain decoding starts no drafter, as `simulate` prices it
+        shared, drafters = None, [Drafter() for _ in drafters]
     groups = workload_groups(req, prompts)
     threads = use_threads(req.threads, session.target, session.draft)
     if shared is not None:
@@ -153,8 +155,6 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
     model = batch_target(session.target, req.max_batch, capacity)
     model.prepare(max_tree)
     _warm_up(model, prompts[0])
-    if req.policy == "none":  # plain decoding starts no drafter, as `simulate` prices it
-        drafters = [Drafter() for _ in drafters]
     server = Server(model, drafters.__getitem__, planner, limits)
     run = server.run(groups, [prompts[g.id % len(prompts)] for g in groups])
     requests = request_table([s.request for s in run.sequences]).with_columns(
