@@ -12,6 +12,7 @@ is the same on every machine.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -193,6 +194,13 @@ def test_plain_decoding_runs_no_draft_model(monkeypatch: pytest.MonkeyPatch) -> 
                             policy="none", output_len="4", max_batch=2, seed=1)
     assert run_serve_bench(req).summary["decode_steps"] > 0
     assert ran == []
+
+
+def test_a_shared_draft_stops_its_threads_when_the_run_ends() -> None:
+    req = ServeBenchRequest("tiny-code", rate=50.0, requests=4, drafter="draft",
+                            policy="dyspec", output_len="4", max_batch=2, seed=2)
+    assert run_serve_bench(req).summary["decode_steps"] > 0
+    assert not [t for t in threading.enumerate() if t.name.startswith("draft-row")]
 
 
 def test_workload_draws_as_simulate_does() -> None:

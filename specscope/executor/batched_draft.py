@@ -11,8 +11,8 @@ logits are the ones its own single-sequence draft would give (`BatchedModel.veri
 drafts, and the output, do not depend on what else shares the batch.
 
 The threads only take turns: the batched forward runs in the calling thread, torch releases
-the interpreter while it computes, and no two threads touch one row. They are a pool kept for
-the model's life (grown when more rows draft at once), so a step starts no thread.
+the interpreter while it computes, and no two threads touch one row. They are a pool kept until
+`close` (grown when more rows draft at once), so a step starts no thread.
 """
 
 from __future__ import annotations
@@ -83,11 +83,16 @@ class BatchedDraft:
             raise errors[0]
         return results  # type: ignore[return-value]
 
+    def close(self) -> None:
+        """Stop the drafting threads (a later `run` starts a new pool)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        self._pool, self._workers = None, 0
+
     def _pool_for(self, rows: int) -> ThreadPoolExecutor:
         """The drafting threads, at least `rows` of them (a larger pool replaces a smaller)."""
         if self._pool is None or self._workers < rows:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
+            self.close()
             self._pool = ThreadPoolExecutor(max_workers=rows, thread_name_prefix="draft-row")
             self._workers = rows
         return self._pool

@@ -171,7 +171,10 @@ def _sharing(session: Session, prompts: Sequence[Sequence[int]], batches: Sequen
                                          Tree.chain(CHAIN, source), run=shared.run)
         shared.model.prepare(max_tree)
         timed = _Timed(planner, pricer)
-        _serve(session.target, prompts, batch, timed, max_tree, drafters)
+        try:
+            _serve(session.target, prompts, batch, timed, max_tree, drafters)
+        finally:
+            shared.close()
         for _, row_levels, measured, priced in timed.steps[1:]:
             levels.append(row_levels)
             seconds.append((measured, priced))

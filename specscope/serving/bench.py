@@ -156,7 +156,11 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
     model.prepare(max_tree)
     _warm_up(model, prompts[0])
     server = Server(model, drafters.__getitem__, planner, limits)
-    run = server.run(groups, [prompts[g.id % len(prompts)] for g in groups])
+    try:
+        run = server.run(groups, [prompts[g.id % len(prompts)] for g in groups])
+    finally:
+        if shared is not None:
+            shared.close()
     requests = request_table([s.request for s in run.sequences]).with_columns(
         token_times_s=pl.Series([s.token_times for s in run.sequences],
                                 dtype=pl.List(pl.Float64)))
