@@ -117,8 +117,10 @@ def choose_at_rate(req: OptimizeRequest, rate: float, requests: int, seed: int =
     candidates = [Candidate("plain decoding", "none", plain.summary)]
     seen = set()
     for score in result.comparison.scores:
+        if len(seen) == MAX_TREES:
+            break
         key = score.tree.to_json()
-        if key in seen or len(seen) == MAX_TREES or score.tree.size < 2:
+        if key in seen or score.tree.size < 2:
             continue
         seen.add(key)
         run = run_simulation(dataclasses.replace(sim, policy="static", tree=score.tree))
