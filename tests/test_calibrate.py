@@ -60,7 +60,9 @@ def test_tiny_run_writes_a_profile_that_load_profile_finds_and_cost_model_prices
     assert 0 < hw.loop.stop_rule < 0.01
     # the batching server's own terms, measured in it: non-negative, and eager pads rows
     assert 0 <= hw.loop.serve_step < 0.01 and 0 <= hw.loop.serve_row < 0.01
-    assert 0 <= hw.loop.shared_row < 0.01  # each row sharing a batched draft level
+    # each row sharing a batched draft level: measured (the grid serves two rows) and written
+    assert 0 <= hw.loop.shared_row < 0.01
+    assert "shared_row_us = " in result.path.read_text(encoding="utf-8")
     assert hw.loop.pads_context and hw.loop.level_per_row
     # the first forward after each idle gap of the grid
     assert hw.wake.idle_s == TINY.wake_gaps and all(0 <= e < 1 for e in hw.wake.extra_s)
