@@ -33,9 +33,13 @@ def machine_drift(profile: HardwareProfile, spec_names: str | Sequence[str], run
     """How fast this machine runs now against when the profile was measured: `retime` of the
     profile's own measured points. A ratio far from 1 says that part of every step-time miss
     is the machine, not the model."""
-    then = [Point(t.model, t.runtime, t.context, int(n), float(s), t.batch)
+    return retime(profile_points(profile), spec_names, runtime, max_batch, repeats)
+
+
+def profile_points(profile: HardwareProfile) -> list[Point]:
+    """The profile's measured tables as the points profile-hw measured."""
+    return [Point(t.model, t.runtime, t.context, int(n), float(s), t.batch)
             for t in profile.measured for n, s in zip(t.new_tokens, t.time_s, strict=True)]
-    return retime(then, spec_names, runtime, max_batch, repeats)
 
 
 def retime(then: Sequence[Point], spec_names: str | Sequence[str], runtime: Runtime,
