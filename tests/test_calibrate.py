@@ -60,6 +60,7 @@ def test_tiny_run_writes_a_profile_that_load_profile_finds_and_cost_model_prices
     assert 0 < hw.loop.stop_rule < 0.01
     # the batching server's own terms, measured in it: non-negative, and eager pads rows
     assert 0 <= hw.loop.serve_step < 0.01 and 0 <= hw.loop.serve_row < 0.01
+    assert hw.loop.spec_row is not None and 0 <= hw.loop.spec_row < 0.01
     # each row sharing a batched draft level: measured (the grid serves two rows) and written
     assert 0 <= hw.loop.shared_row < 0.01
     assert "shared_row_us = " in result.path.read_text(encoding="utf-8")

@@ -41,6 +41,31 @@ def test_the_server_terms_are_paid_per_step_and_per_plain_row() -> None:
         assert extra == pytest.approx(1e-3 + plain_rows * 2e-4, rel=1e-9)
 
 
+def test_the_servers_own_bookkeeping_replaces_the_loops_per_speculating_row() -> None:
+    """`spec_row` (measured in the server) is what each speculating row pays in place of the
+    decode loop's `step`; absent, the row pays `step`; plain rows pay neither."""
+    loop_step = load_profile("cpu-2core").loop.step
+    unmeasured, measured = _pricer(spec_row=None), _pricer(spec_row=loop_step + 3e-4)
+    chain, plain = Speculation.of(Tree.chain(3, "ngram")), Speculation.none()
+    for specs in ([chain], [chain] * 3, [chain, plain, plain], [plain] * 2):
+        contexts = [80] * len(specs)
+        extra = measured.step_s(contexts, specs) - unmeasured.step_s(contexts, specs)
+        assert extra == pytest.approx(sum(s is chain for s in specs) * 3e-4, rel=1e-9, abs=1e-15)
+    assert _pricer(spec_row=None).parts([80], [chain]).bookkeeping_s == pytest.approx(
+        loop_step + _pricer().target.hw.loop.serve_step, rel=1e-12)
+
+
+def test_spec_row_is_read_when_present_and_none_when_absent(tmp_path: Path) -> None:
+    text = (DATA_DIR / "cpu-2core.toml").read_text(encoding="utf-8")
+    without = re.sub(r"(?m)^spec_row_us = .*\n", "", text)
+    (tmp_path / "without.toml").write_text(without, encoding="utf-8")
+    (tmp_path / "with.toml").write_text(re.sub(r"(?m)^\[speculation\].*\n",
+                                               lambda m: m.group(0) + "spec_row_us = 250\n",
+                                               without), encoding="utf-8")
+    assert load_profile(str(tmp_path / "without.toml")).loop.spec_row is None
+    assert load_profile(str(tmp_path / "with.toml")).loop.spec_row == pytest.approx(250e-6)
+
+
 def test_choosing_is_paid_per_step_by_a_choosing_policy_only(tmp_path: Path) -> None:
     """SmartSpec prices every length each step; the simulator charges what that costs the real
     server (`choose_step` + `choose_row` per running sequence) to its steps, and no other

@@ -44,9 +44,11 @@ def test_one_request_costs_what_pricing_says(hw: str, target: str, draft: str,
     pricer = BatchPricer(t, d, source)
     reference = Pricing(t, d, context)
     served = reference.loop.serve_step  # the batching server's own work (0 for h100)
+    # and its bookkeeping of a speculating sequence, in place of the decode loop's
+    own = reference.loop.row_bookkeeping - reference.bookkeeping_s
     for tree in _trees(source):
         got = pricer.step_s([context], [Speculation.of(tree)])
-        assert got == pytest.approx(reference.tree_step_s(tree) + served, rel=1e-9, abs=0)
+        assert got == pytest.approx(reference.tree_step_s(tree) + served + own, rel=1e-9, abs=0)
     plain = pricer.step_s([context], [Speculation.none()])
     assert plain == pytest.approx(reference.autoregressive_s + served + reference.loop.serve_row,
                                   rel=1e-9, abs=0)
@@ -59,7 +61,8 @@ def test_a_sampled_step_pays_the_sampled_verification_as_pricing_does() -> None:
         pricer = BatchPricer(t, d, "draft:tiny-code-draft", temperature=temperature)
         reference = Pricing(t, d, 300, temperature=temperature)
         assert pricer.step_s([300], [Speculation.of(tree)]) == pytest.approx(
-            reference.tree_step_s(tree) + reference.loop.serve_step, rel=1e-9, abs=0)
+            reference.tree_step_s(tree) + reference.loop.serve_step
+            + reference.loop.row_bookkeeping - reference.bookkeeping_s, rel=1e-9, abs=0)
 
 
 def test_a_model_free_drafter_costs_its_propose_calls() -> None:
@@ -67,8 +70,8 @@ def test_a_model_free_drafter_costs_its_propose_calls() -> None:
     pricer = BatchPricer(t, None, "ngram")
     chain = Tree.chain(4, "ngram")
     assert pricer.step_s([200], [Speculation.of(chain)]) == pytest.approx(
-        Pricing(t, None, 200).tree_step_s(chain) + t.hw.loop.serve_step,
-        rel=1e-6)  # the tables' interpolation
+        Pricing(t, None, 200).tree_step_s(chain) + t.hw.loop.serve_step
+        + t.hw.loop.row_bookkeeping - t.hw.loop.step, rel=1e-6)  # the tables' interpolation
     three = pricer.parts([200] * 3, [Speculation.of(chain)] * 3)
     assert three.draft_s == pytest.approx(3 * 4 * t.hw.loop.drafter["ngram"], rel=1e-12)
 

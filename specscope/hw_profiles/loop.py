@@ -18,7 +18,7 @@ LOOP_KEYS = {"step_us": "step", "level_us": "level", "node_us": "node",
              "cold_verify_us": "verify_cold", "baseline_token_us": "baseline_token",
              "serve_step_us": "serve_step", "serve_row_us": "serve_row",
              "choose_step_us": "choose_step", "choose_row_us": "choose_row",
-             "shared_row_us": "shared_row"}
+             "shared_row_us": "shared_row", "spec_row_us": "spec_row"}
 """TOML keys (µs) of a profile's `[speculation]` and an engine's `[loop]`, by field."""
 
 
@@ -40,7 +40,11 @@ class LoopCosts:
     specscope's continuous-batching server (`serving/server.py`) pays per step (scheduling,
     planning, the batch's inputs) and per sequence that does not speculate in it (its verdict,
     commit and drafter update) beyond its forwards and the terms above
-    (`profiling.serving.measure_serving`); choose_step / choose_row: what a policy that chooses
+    (`profiling.serving.measure_serving`); spec_row: what that server pays per sequence that
+    speculates (its verdict, commit and drafter update), in place of the decode loop's `step`
+    (None: not measured, it pays `step`; a GPU's server does once per step for all rows what the
+    single-sequence loop does every step, such as reading the verdicts back); choose_step /
+    choose_row: what a policy that chooses
     each step's speculation from the step's prices (SmartSpec: the goodput of every length)
     spends choosing, per step and per running sequence, in that server; shared_row: what each
     sequence of that server pays per draft-model level it shares with other sequences' in one
@@ -71,6 +75,7 @@ class LoopCosts:
     choose_step: float = 0.0
     choose_row: float = 0.0
     shared_row: float = 0.0
+    spec_row: float | None = None
     pads_context: bool = False
     level_per_row: bool = False
 
@@ -78,9 +83,17 @@ class LoopCosts:
         """These terms on a host `factor` times slower; the cold terms, cache effects of the
         host that measured them, stay behind (0)."""
         out = {f.name: getattr(self, f.name) * factor for f in fields(self)
-               if f.name not in ("drafter", "draft_cold", "verify_cold", *FLAGS)}
+               if f.name not in ("drafter", "draft_cold", "verify_cold", "spec_row", *FLAGS)}
+        spec_row = None if self.spec_row is None else self.spec_row * factor
         return LoopCosts(**out, drafter={k: v * factor for k, v in self.drafter.items()},
+                         spec_row=spec_row,
                          pads_context=self.pads_context, level_per_row=self.level_per_row)
+
+    @property
+    def row_bookkeeping(self) -> float:
+        """Host seconds specscope's batching server pays per speculating sequence each step:
+        `spec_row` where the profile measured it, else the decode loop's `step`."""
+        return self.step if self.spec_row is None else self.spec_row
 
     def verify_host(self, temperature: float) -> float:
         """Host seconds per verification at `temperature` (the greedy figure where nothing was
@@ -90,7 +103,7 @@ class LoopCosts:
         return self.verify
 
 
-SERVER_TERMS = ("serve_step", "serve_row", "choose_step", "choose_row", "shared_row")
+SERVER_TERMS = ("serve_step", "serve_row", "choose_step", "choose_row", "shared_row", "spec_row")
 """The terms of specscope's own batching server, not of a decode loop."""
 LOOP_TERMS = tuple(f.name for f in fields(LoopCosts) if f.name not in (*FLAGS, *SERVER_TERMS))
 """Every term of a decode loop, by field name: what an engine may carry from a measured profile

@@ -319,7 +319,9 @@ def profile_from_data(data: dict[str, Any], path: Path) -> HardwareProfile:
         loop=LoopCosts(
             drafter={key[:-3]: _get(data, "drafters", key, path) * 1e-6 for key in drafters},
             **{name: _optional(data, "speculation", key, path) * 1e-6
-               for key, name in LOOP_KEYS.items()},
+               for key, name in LOOP_KEYS.items() if name != "spec_row"},
+            spec_row=(_get(data, "speculation", "spec_row_us", path) * 1e-6
+                      if "spec_row_us" in data.get("speculation", {}) else None),
             **{flag: data.get("speculation", {}).get(flag, False) is True for flag in FLAGS}),
         host_link_bandwidth=_optional(data, "interconnect", "host_link_gbs", path) * 1e9,
         **_host(data, path),

@@ -20,8 +20,9 @@ under each requested `Runtime`, padded buckets compiled or captured on their war
   and then these are left out and said so);
 - after the fit, under the default runtime: the first prefill's extra time after idle gaps
   (`serving.measure_wake`: `[idle]`), and the continuous-batching server's own host work per
-  step and per sequence that does not speculate (`serving.measure_serving`: `serve_step_us`,
-  `serve_row_us`), priced by the terms just fitted (it needs simpy as well).
+  step, per sequence that does not speculate and per one that does (`serving.measure_serving`:
+  `serve_step_us`, `serve_row_us`, `spec_row_us`), priced by the terms just fitted (it needs
+  simpy as well).
 
 Warm-up per shape, torch's threads from `use_threads` (`--threads` when given) and recorded
 with why, median of repeats. Each runtime's terms (`[runtime.X]`, see `runtime.py`) are then

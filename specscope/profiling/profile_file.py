@@ -142,6 +142,9 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
                 "sequence",
                 f"shared_row_us = {loop.shared_row * 1e6:.4g}    # per sequence and draft "
                 "level, sharing one batched draft forward",
+                *([] if loop.spec_row is None else [
+                    f"spec_row_us = {loop.spec_row * 1e6:.4g}    # per sequence that "
+                    "speculates, in place of step_us"]),
                 f"pads_context = {str(loop.pads_context).lower()}    # its batched pass reads "
                 "each row up to the longest row's context",
                 f"level_per_row = {str(loop.level_per_row).lower()}    # a draft level's host "

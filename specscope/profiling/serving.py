@@ -13,16 +13,22 @@ arrive at once, with plain decoding (`none`) and a static chain, at batches `SER
 every step is timed (`Planner.stepped`) and priced by the profile just fitted, and the
 difference is fitted by least squares as
 
-    measured / d − priced = serve_step + serve_row × (sequences that do not speculate),
+    measured / d − priced = serve_step + serve_row × (sequences that do not speculate)
+                                       + spec_row × (sequences that speculate),
+
+the price leaving out the decode loop's bookkeeping of a speculating sequence (`step`), which
+`spec_row` replaces: on a GPU the single-sequence loop waits for the device every step, and the
+server does that once for all rows (H100, 2026-11-26: `step` 385 µs against a static chain priced
+49% over its real TPOT at batch 2),
 
 where d is the machine's drift since the grid the fit was made from (the grid's own small
 steps re-timed before and after each phase, `drift.retime`: a shared VM's speed moves by
 10-20% within the two minutes between, which would otherwise be fitted as the server's work),
-the server's own work per step and per plain sequence (`LoopCosts.serve_step`, `.serve_row`;
-each at least 0); it also marks `pads_context` under eager (the batched target's eager pass
-reads every row up to the longest row's context; graph and compile read the whole cache, which
-this does not price) and `level_per_row` (each row's drafter does a draft level's host work
-itself). Then the server drafts the static chain from the zoo's draft model, its rows sharing
+the server's own work per step, per plain sequence and per speculating one
+(`LoopCosts.serve_step`, `.serve_row`, `.spec_row`; each at least 0); it also marks
+`pads_context` under eager (the batched target's eager pass reads every row up to the longest
+row's context; graph and compile read the whole cache, which this does not price) and
+`level_per_row` (each row's drafter does a draft level's host work itself). Then the server drafts the static chain from the zoo's draft model, its rows sharing
 one batched draft model as serve-bench runs them (`BatchedDraft`: each row's thread hands its
 level's nodes over and waits for one forward of all rows), and what those steps take beyond
 their price with the terms just fitted is fitted per row and draft level (`shared_row`). The
@@ -116,10 +122,10 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
     prompts = [p for p in session.prompts(SERVE_PROMPTS)
                if 2 <= len(p) <= spec.max_seq_len - SERVE_OUTPUT - CHAIN - 1]
     unserved = dataclasses.replace(hw, loop=dataclasses.replace(
-        hw.loop, serve_step=0.0, serve_row=0.0, shared_row=0.0,
+        hw.loop, serve_step=0.0, serve_row=0.0, shared_row=0.0, spec_row=0.0,
         pads_context=runtime.kind == "eager", level_per_row=True))
     pricer = BatchPricer(CostModel(unserved, spec, runtime=runtime.kind), None, "ngram")
-    rows: list[tuple[float, float]] = []
+    rows: list[tuple[float, float, float]] = []
     timed_s: list[tuple[float, float]] = []
     for policy in ("none", "static"):
         tree = Tree.chain(CHAIN, "ngram") if policy == "static" else None
@@ -127,14 +133,15 @@ def measure_serving(hw: HardwareProfile, runtime: Runtime,
             planner, max_tree = make_planner(policy, "ngram", CHAIN + 1, CHAIN, tree)
             timed = _Timed(planner, pricer)
             _serve(target, prompts, batch, timed, max_tree)
-            for plain, _, measured, priced in timed.steps[1:]:  # the first step warms up
-                rows.append((1.0, plain))
+            for plain, speculating, _, measured, priced in timed.steps[1:]:  # 1st warms up
+                rows.append((1.0, plain, speculating))
                 timed_s.append((measured, priced))
     d = drift()
-    step, row = _nonnegative_lstsq(np.array(rows), np.array([m / d - p for m, p in timed_s]))
+    step, row, spec_row = _nonnegative_lstsq(np.array(rows),
+                                             np.array([m / d - p for m, p in timed_s]))
     choosing, spent = _choosing(target, prompts, batches, pricer)
     choose_step, choose_row = _nonnegative_lstsq(choosing, spent / drift())
-    served = dataclasses.replace(unserved.loop, serve_step=step, serve_row=row,
+    served = dataclasses.replace(unserved.loop, serve_step=step, serve_row=row, spec_row=spec_row,
                                  choose_step=choose_step, choose_row=choose_row)
     if not any(b > 1 for b in batches):  # a lone row shares no draft forward: not measured
         return served
@@ -175,7 +182,7 @@ def _sharing(session: Session, prompts: Sequence[Sequence[int]], batches: Sequen
             _serve(session.target, prompts, batch, timed, max_tree, drafters)
         finally:
             shared.close()
-        for _, row_levels, measured, priced in timed.steps[1:]:
+        for _, _, row_levels, measured, priced in timed.steps[1:]:
             levels.append(row_levels)
             seconds.append((measured, priced))
     return np.array(levels, dtype=float), np.array(seconds)
@@ -277,14 +284,14 @@ def _nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[float, ...]:
 
 
 class _Timed:
-    """A planner that records each step: its sequences that do not speculate, its rows' draft
-    levels of a draft model shared with another row, its measured seconds and the seconds
-    `pricer` gives it."""
+    """A planner that records each step: its sequences that do not speculate and that do, its
+    rows' draft levels of a draft model shared with another row, its measured seconds and the
+    seconds `pricer` gives it."""
 
     def __init__(self, inner: Planner, pricer: BatchPricer) -> None:
         self.inner, self.pricer = inner, pricer
-        self.steps: list[tuple[int, int, float, float]] = []
-        self._step: tuple[int, int, float] | None = None
+        self.steps: list[tuple[int, int, int, float, float]] = []
+        self._step: tuple[int, int, int, float] | None = None
 
     def trees(self, running: Sequence[Served], step: int) -> list[DraftedTree]:
         from specscope.simulator.policies.base import Speculation
@@ -297,7 +304,8 @@ class _Timed:
         rows = Counter(key for shape in shapes for key, _, _ in shape.levels
                        if key[1] not in MODEL_FREE_SOURCES)
         row_levels = sum(count for count in rows.values() if count > 1)  # shared levels
-        self._step = (plain, row_levels, self.pricer.step_s(contexts, specs))
+        self._step = (plain, len(shapes) - plain, row_levels,
+                      self.pricer.step_s(contexts, specs))
         return drafted
 
     def observe(self, index: int, served: Served, drafted: DraftedTree, verdict: Verdict
@@ -306,7 +314,7 @@ class _Timed:
 
     def stepped(self, seconds: float) -> None:
         if self._step is not None:
-            plain, row_levels, priced = self._step
-            self.steps.append((plain, row_levels, seconds, priced))
+            plain, speculating, row_levels, priced = self._step
+            self.steps.append((plain, speculating, row_levels, seconds, priced))
             self._step = None
         self.inner.stepped(seconds)

@@ -20,7 +20,8 @@ tensor parallelism, weight bits):
   fitted by `profile-hw` on batched steps; 0 in a profile without them);
 - bookkeeping: the loop's `step` (`Pricing.bookkeeping_s`: the acceptance walk, the commit and
   the drafter's update of one sequence) once per speculating request, as a batched loop runs
-  them row by row (`serving/server.py` does); and the batching server's own work, `serve_step`
+  them row by row (`serving/server.py` does), or the server's own measured figure for it,
+  `spec_row`, where the profile has one; and the batching server's own work, `serve_step`
   per step and `serve_row` per request that does not speculate (`LoopCosts`: measured by
   `profile-hw` in specscope's server, 0 for an engine or a profile that did not measure them).
 
@@ -36,7 +37,8 @@ The host terms (per level, per verification, per step) are `Pricing`'s own (`hos
 
 A step where no request speculates is plain decoding: one target forward of one token each
 (`forward_time`) and the server's own work, so at batch 1 a step is `Pricing.autoregressive_s`
-and a tree step `Pricing.tree_step_s(tree)`, each plus the server's terms. A prompt (prefill)
+and a tree step `Pricing.tree_step_s(tree)`, each plus the server's terms (and `spec_row` in
+place of the loop's `step` where measured). A prompt (prefill)
 is a target forward at context 0 (the cost model's prefill terms), plus the draft model's own
 prefill.
 
@@ -193,7 +195,7 @@ def host_terms(target: CostModel, drafter: CostModel | None, temperature: float 
     ref = Pricing(target, drafter, 1, temperature=temperature, engine=engine)
     level = ref.level_host_s if drafter is not None else 0.0
     node = ref.loop.node if drafter is not None else 0.0
-    return HostTerms(level, ref.verify_extra_s, ref.bookkeeping_s, ref.level_s, node,
+    return HostTerms(level, ref.verify_extra_s, ref.loop.row_bookkeeping, ref.level_s, node,
                      ref.loop.serve_step, ref.loop.serve_row, ref.loop.pads_context,
                      ref.loop.level_per_row, ref.loop.choose_step, ref.loop.choose_row,
                      ref.loop.shared_row)
