@@ -13,6 +13,7 @@ from specscope.validate.load import (
     LoadRequest,
     LoadSizes,
     dilate,
+    half_range,
     mean_run,
     run_load_validate,
 )
@@ -64,6 +65,28 @@ def test_ranking_checks() -> None:
     assert s["throughput"]["ranking_agrees"] is False
 
 
+def test_pairs_the_real_runs_do_not_separate_may_be_ordered_either_way() -> None:
+    """At the highest rate the real runs measure static 200 ± 7.5 and none 190 ± 7.5 tok/s: tied,
+    so a simulation ranking none first still agrees; at ± 2 each they are separated and it
+    does not."""
+    def at_highest(sim_none: float, spread: float) -> list[dict]:
+        cells = hand_cells()[:2]
+        return [*cells,
+                cell("none", 4.0, 2.0, 1.0, metrics(sim_none, 6.0), metrics(190, 6.0),
+                     {"throughput_tok_s": spread}),
+                cell("static", 4.0, 2.0, 1.0, metrics(200, 4.0), metrics(200, 4.5),
+                     {"throughput_tok_s": spread})]
+
+    tied = summary(at_highest(210, 7.5))
+    assert tied["rankings"][0]["agrees"] is True
+    assert tied["rankings"][0]["measured_ties"] == "static ≈ none"
+    apart = summary(at_highest(210, 2.0))
+    assert apart["rankings"][0]["agrees"] is False
+    assert apart["rankings"][0]["measured_ties"] == "static > none"
+    # a simulation that also orders them as measured agrees whatever the spread
+    assert summary(at_highest(150, 2.0))["rankings"][0]["agrees"] is True
+
+
 def test_flat_frame_has_one_row_per_cell() -> None:
     table = frame(hand_cells())
     assert table.height == 4
@@ -76,6 +99,8 @@ def test_repeats_are_averaged() -> None:
             {"throughput_tok_s": 120.0, "mean_tpot_ms": 6.0, "policy": "static", "ok": True}]
     assert mean_run(runs) == {"throughput_tok_s": 110.0, "mean_tpot_ms": 5.0,
                               "policy": "static", "ok": True}
+    assert half_range(runs) == {"throughput_tok_s": 10.0, "mean_tpot_ms": 1.0}
+    assert half_range(runs[:1]) == {"throughput_tok_s": 0.0, "mean_tpot_ms": 0.0}
 
 
 def test_dilation_scales_durations_and_rates() -> None:

@@ -42,20 +42,18 @@ class LoopCosts:
     commit and drafter update) beyond its forwards and the terms above
     (`profiling.serving.measure_serving`); spec_row: what that server pays per sequence that
     speculates (its verdict, commit and drafter update), in place of the decode loop's `step`
-    (None: not measured, it pays `step`; a GPU's server does once per step for all rows what the
-    single-sequence loop does every step, such as reading the verdicts back); choose_step /
-    choose_row: what a policy that chooses
-    each step's speculation from the step's prices (SmartSpec: the goodput of every length)
-    spends choosing, per step and per running sequence, in that server; shared_row: what each
-    sequence of that server pays per draft-model level it shares with other sequences' in one
-    batched draft forward (its thread hands its nodes over and waits for its logits:
-    `executor/batched_draft.py`) beyond `level`; pads_context: the
-    loop's batched pass reads every row's keys up to the longest row's context (specscope's
-    batched target under eager does: one tensor of B × longest), where a paged-attention engine
-    reads each row's own;
-    level_per_row: a batched draft-model level pays its host work (`level`, `draft_cold`) once
-    per sequence, not once per level (specscope's server: each row's drafter proposes for its
-    own nodes, in its own thread, around the one shared forward).
+    (None: not measured, it pays `step`; the single-sequence loop's figure does not carry over
+    to the server's rows: 156 against 301 µs on an H100); choose_step / choose_row: what a
+    policy that chooses each step's speculation from the step's prices (SmartSpec: the goodput
+    of every length) spends choosing, per step and per running sequence, in that server;
+    shared_row: what each sequence of that server pays per draft-model level it shares with
+    other sequences' in one batched draft forward (its thread hands its nodes over and waits for
+    its logits: `executor/batched_draft.py`) beyond `level`; pads_context: the loop's batched
+    pass reads every row's keys up to the longest row's context (specscope's batched target
+    under eager does: one tensor of B × longest), where a paged-attention engine reads each
+    row's own; level_per_row: a batched draft-model level pays its host work (`level`,
+    `draft_cold`) once per sequence, not once per level (specscope's server: each row's drafter
+    proposes for its own nodes, in its own thread, around the one shared forward).
     """
 
     step: float = 0.0

@@ -17,9 +17,9 @@ difference is fitted by least squares as
                                        + spec_row × (sequences that speculate),
 
 the price leaving out the decode loop's bookkeeping of a speculating sequence (`step`), which
-`spec_row` replaces: on a GPU the single-sequence loop waits for the device every step, and the
-server does that once for all rows (H100, 2026-11-26: `step` 385 µs against a static chain priced
-49% over its real TPOT at batch 2),
+`spec_row` replaces: the single-sequence loop's figure does not carry over to the server's rows
+(H100, 2026-11-26: with `step`, 385 µs there, a static n-gram chain was priced 49% over its
+real TPOT at batch 2; the server measured 156 µs against the loop's 301 in the next profile),
 
 where d is the machine's drift since the grid the fit was made from (the grid's own small
 steps re-timed before and after each phase, `drift.retime`: a shared VM's speed moves by
@@ -28,12 +28,13 @@ the server's own work per step, per plain sequence and per speculating one
 (`LoopCosts.serve_step`, `.serve_row`, `.spec_row`; each at least 0); it also marks
 `pads_context` under eager (the batched target's eager pass reads every row up to the longest
 row's context; graph and compile read the whole cache, which this does not price) and
-`level_per_row` (each row's drafter does a draft level's host work itself). Then the server drafts the static chain from the zoo's draft model, its rows sharing
-one batched draft model as serve-bench runs them (`BatchedDraft`: each row's thread hands its
-level's nodes over and waits for one forward of all rows), and what those steps take beyond
-their price with the terms just fitted is fitted per row and draft level (`shared_row`). The
-prompts are the zoo's `docstring` set, which `validate` and `validate --load` do
-not use by default, so a validation never re-prices the steps that priced it.
+`level_per_row` (each row's drafter does a draft level's host work itself). Then the server
+drafts the static chain from the zoo's draft model, its rows sharing one batched draft model as
+serve-bench runs them (`BatchedDraft`: each row's thread hands its level's nodes over and waits
+for one forward of all rows), and what those steps take beyond their price with the terms just
+fitted is fitted per row and draft level (`shared_row`). The prompts are the zoo's `docstring`
+set, which `validate` and `validate --load` do not use by default, so a validation never
+re-prices the steps that priced it.
 
 `measure_wake`: the same target prefills a prompt of `WAKE_PROMPT` tokens warm, then again
 right after each gap of `WAKE_GAPS` seconds in which the process runs nothing (it sleeps); the

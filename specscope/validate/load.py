@@ -205,7 +205,8 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
                          else float(np.exp(np.mean(np.log(around[policy])))))
                 sim = simulate(req, sizes, trace, source, draft_name, policy, rate,
                                runtime.kind, drift or 1.0)
-                cells.append(cell(policy, rate, fraction, drift, sim, mean_run(runs[policy])))
+                cells.append(cell(policy, rate, fraction, drift, sim, mean_run(runs[policy]),
+                                  half_range(runs[policy])))
     return {
         "hardware": profile.name, "model": req.model, "drafter": req.drafter,
         "draft_model": draft_name, "source": source, "runtime": runtime.describe(),
@@ -226,6 +227,13 @@ def mean_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
                   if all(isinstance(r.get(key), int | float) and not isinstance(r.get(key), bool)
                          for r in runs) else runs[0][key])
             for key in runs[0]}
+
+
+def half_range(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Half the range over the repeats of one cell of each compared metric (0 for one run)."""
+    keys = [key for key, _ in METRICS.values()]
+    return {key: float(np.ptp([r[key] for r in runs])) / 2 for key in keys
+            if all(isinstance(r.get(key), int | float) for r in runs)}
 
 
 def simulate(req: LoadRequest, sizes: LoadSizes, trace: Trace, source: str,

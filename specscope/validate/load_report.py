@@ -6,11 +6,15 @@ Relative error = (simulated − measured) / measured, signed in the cells; the s
 its absolute value. Ranking: the policies ordered by throughput (highest first) at the highest
 rate and by mean TPOT (lowest first) at the lowest rate, simulated against measured
 (`RANKINGS`); each metric's summary also says whether its own ordering agrees at both ends of
-the ladder.
+the ladder. Two policies whose real runs do not separate them (their means differ by no more
+than their repeats' half-ranges together: a cell's `spread`) are tied, and the simulation may
+order a tied pair either way; it agrees when it orders every pair the real runs separate as they
+do. With one real run per cell nothing is tied.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,33 +39,74 @@ RANKINGS = (("throughput", "highest"), ("mean_tpot", "lowest"))
 
 
 def cell(policy: str, rate: float, fraction: float, drift: float | None,
-         simulated: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
-    """One policy × rate: the compared metrics simulated and measured, and their signed
+         simulated: dict[str, Any], measured: dict[str, Any],
+         spread: dict[str, float] | None = None) -> dict[str, Any]:
+    """One policy × rate: the compared metrics simulated and measured (the mean of the real
+    runs; `spread`, each metric's half-range over them, 0 where absent), and their signed
     relative errors (`err_<metric>`)."""
     keys = [key for key, _ in METRICS.values()] + ["mean_batch", "mean_accepted"]
+    spread = spread or {}
     out: dict[str, Any] = {"policy": policy, "rate": rate, "rate_fraction": fraction,
                            "drift": drift,
                            "simulated": {k: simulated.get(k) for k in keys},
-                           "measured": {k: measured.get(k) for k in keys}}
+                           "measured": {k: measured.get(k) for k in keys},
+                           "spread": {k: float(spread.get(k, 0.0)) for k, _ in METRICS.values()}}
     for name, (key, _) in METRICS.items():
         s, m = simulated.get(key), measured.get(key)
         out[f"err_{name}"] = None if s is None or not m else (s - m) / m
     return out
 
 
-def ranking(cells: Sequence[dict[str, Any]], metric: str, at: str, side: str) -> list[str]:
-    """Policies at the `at` ("lowest"/"highest") rate, best first by `metric` on `side`
-    ("simulated"/"measured")."""
+def _row(cells: Sequence[dict[str, Any]], metric: str, at: str, side: str
+         ) -> list[dict[str, Any]]:
+    """The cells at the `at` ("lowest"/"highest") rate with a `side` value of `metric`, best
+    first by it."""
     rates = sorted({c["rate"] for c in cells})
     rate = rates[0] if at == "lowest" else rates[-1]
     key, higher = METRICS[metric]
     row = [c for c in cells if c["rate"] == rate and c[side][key] is not None]
-    return [c["policy"] for c in sorted(row, key=lambda c: c[side][key], reverse=higher)]
+    return sorted(row, key=lambda c: c[side][key], reverse=higher)
+
+
+def ranking(cells: Sequence[dict[str, Any]], metric: str, at: str, side: str) -> list[str]:
+    """Policies at the `at` ("lowest"/"highest") rate, best first by `metric` on `side`
+    ("simulated"/"measured")."""
+    return [c["policy"] for c in _row(cells, metric, at, side)]
+
+
+def _tied(a: dict[str, Any], b: dict[str, Any], key: str) -> bool:
+    """Whether the real runs leave the two cells' `key` unseparated (module docstring)."""
+    spread = a.get("spread", {}).get(key, 0.0) + b.get("spread", {}).get(key, 0.0)
+    return abs(a["measured"][key] - b["measured"][key]) <= spread
+
+
+def measured_ranking(cells: Sequence[dict[str, Any]], metric: str, at: str) -> str:
+    """The measured ranking as text, neighbours the real runs do not separate joined by ≈."""
+    key = METRICS[metric][0]
+    row = _row(cells, metric, at, "measured")
+    if not row:
+        return ""
+    text = row[0]["policy"]
+    for a, b in itertools.pairwise(row):
+        text += f" {'≈' if _tied(a, b, key) else '>'} {b['policy']}"
+    return text
 
 
 def agrees(cells: Sequence[dict[str, Any]], metric: str, at: str) -> bool:
-    """Whether the simulated ordering of the policies by `metric` at `at` is the measured one."""
-    return ranking(cells, metric, at, "simulated") == ranking(cells, metric, at, "measured")
+    """Whether the simulation orders every pair of policies the real runs separate by `metric`
+    at `at` as the real runs do (tied pairs either way; module docstring)."""
+    key, higher = METRICS[metric]
+    row = _row(cells, metric, at, "measured")
+    if {c["policy"] for c in row} != set(ranking(cells, metric, at, "simulated")):
+        return False
+    for i, a in enumerate(row):
+        for b in row[i + 1:]:  # a is measured better than (or as good as) b
+            if _tied(a, b, key):
+                continue
+            sa, sb = a["simulated"][key], b["simulated"][key]
+            if (sa < sb) if higher else (sa > sb):
+                return False
+    return True
 
 
 def summary(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -76,6 +121,7 @@ def summary(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     checks = [{"metric": metric, "rate": at,
                "simulated": ranking(cells, metric, at, "simulated"),
                "measured": ranking(cells, metric, at, "measured"),
+               "measured_ties": measured_ranking(cells, metric, at),
                "agrees": agrees(cells, metric, at)} for metric, at in RANKINGS]
     out["rankings"] = checks
     out["ranking_agrees"] = all(c["agrees"] for c in checks)
@@ -134,7 +180,8 @@ def summary_table(doc: dict[str, Any]) -> Table:
 def ranking_lines(doc: dict[str, Any]) -> list[str]:
     """One line per ranking check."""
     return [f"ranking by {r['metric']} at the {r['rate']} rate: simulated "
-            f"{' > '.join(r['simulated'])}, measured {' > '.join(r['measured'])} "
+            f"{' > '.join(r['simulated'])}, measured "
+            f"{r.get('measured_ties') or ' > '.join(r['measured'])} "
             f"({'agrees' if r['agrees'] else 'differs'})" for r in doc["rankings"]]
 
 
