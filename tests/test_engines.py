@@ -14,7 +14,7 @@ from specscope.cli import app, main
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.engine import ENGINE_NAMES, host_scale, load_engine
-from specscope.hw_profiles.loop import SERVER_TERMS
+from specscope.hw_profiles.loop import SERVER_TERMS, LoopCosts
 from specscope.hw_profiles.pricing import Pricing, for_engine
 from specscope.models import get_model
 from specscope.tree import Tree
@@ -78,9 +78,10 @@ def test_a_loop_measured_on_one_host_is_carried_by_the_eager_layer_ratio() -> No
     assert loop.node == cpu.loop.node  # uncarried: CPU-tensor and Python work per node
     # on the host that measured it, the loop is that host's own
     own = load_engine("research-hf").loop_costs(cpu)
-    # specscope's own server (its terms, padding, per-row draft work) is not an engine's loop
+    # specscope's own server (its terms, padding, per-row draft work) is not an engine's loop:
+    # its terms stay unmeasured (their defaults)
     assert own == dataclasses.replace(cpu.loop, pads_context=False, level_per_row=False,
-                                      **dict.fromkeys(SERVER_TERMS, 0.0))
+                                      **{t: getattr(LoopCosts(), t) for t in SERVER_TERMS})
 
 
 def test_a_faster_host_issues_eager_steps_faster() -> None:
