@@ -247,14 +247,14 @@ stage_cmds() {
 
 # Seconds a stage is expected to take (cuda: guesses for an H100 until a run has measured them,
 # stages.json's wall_s; cpu: this CI's 2 cores). `all --budget` starts a stage only if its
-# estimate fits in what is left. profile and load were measured on an H200 (2026-11-26: 46 and
-# 78-84 s, the two drafters' load runs 26 and 42-48 s each plus the CLI's start, one real run
-# per cell; --quick now repeats each cell's real run, so load is about twice that).
+# estimate fits in what is left. env, profile and load were measured on an H100 (2026-11-26,
+# two runs: 37 s; 59-66 s; 216-261 s, each cell's real run repeated, the n-gram drafter's
+# validate --load 70-76 s and the draft model's 135-170 s plus the CLI's start).
 estimate() {
   if [ "$DEVICE" = cuda ]; then
     case "$1" in
       env) echo 45 ;; steps-8b) echo 120 ;; compile) echo 180 ;; steps-small) echo 60 ;;
-      steps-ssm) echo 120 ;; profile) echo 60 ;; validate) echo 150 ;; load) echo 180 ;;
+      steps-ssm) echo 120 ;; profile) echo 70 ;; validate) echo 150 ;; load) echo 270 ;;
       e2e) echo 180 ;;
       compile-long) echo 240 ;; *) echo 10 ;;
     esac
