@@ -15,6 +15,7 @@ import itertools
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
+from types import SimpleNamespace
 
 import numpy as np
 import polars as pl
@@ -39,9 +40,10 @@ from specscope.serving.bench import (
     run_serve_bench,
     workload_groups,
 )
-from specscope.serving.planners import in_turn, make_planner
+from specscope.serving.planners import PolicyPlanner, in_turn, make_planner
 from specscope.serving.server import Server, ServeRun
 from specscope.simulator.entities import Group, Request
+from specscope.simulator.policies.base import Speculation
 from specscope.simulator.pricing import BatchPricer
 from specscope.simulator.scheduler import Limits
 from specscope.trace import AcceptanceModel
@@ -265,3 +267,34 @@ def test_a_shared_draft_runs_each_level_of_every_row_in_one_forward(
     assert [t.tokens.tolist() for t in together] == [t.tokens.tolist() for t in apart]
     # the catch-up (the root's logits propose level 1), then levels 2 and 3: all rows each
     assert calls == [[0, 1, 2]] * 3
+
+
+def test_rows_that_draft_nothing_stay_out_of_the_drafting_threads() -> None:
+    """A plain row of a step (SmartSpec's k = 0) is drafted in the calling thread; only the
+    rows that draft go to `run` (a shared draft model's threads), so a step where none drafts
+    starts no thread."""
+    chain = Speculation.of(Tree.chain(2, "ngram"))
+    plans = iter([[Speculation.none(), chain, Speculation.none(), chain],
+                  [Speculation.none()] * 4])
+
+    class Planned:
+        def plan(self, view: object) -> list[Speculation]:
+            return next(plans)
+
+    handed: list[int] = []
+
+    def run(jobs: Sequence[Callable[[], object]]) -> list[object]:
+        handed.append(len(jobs))
+        return in_turn(jobs)
+
+    running = [SimpleNamespace(request=SimpleNamespace(id=i, context_len=3, generated=0,
+                                                       remaining=8),
+                               drafter=NgramDrafter(), context=[1, 2, 1])
+               for i in range(4)]
+    for served in running:
+        served.drafter.begin(served.context)
+    planner = PolicyPlanner(Planned(), ACCEPTANCE, "ngram", None, run)
+    trees = planner.trees(running, 0)
+    assert [t.tree.size for t in trees][::2] == [1, 1] and handed == [2]
+    assert all(t.tree.size == 1 for t in planner.trees(running, 1))
+    assert handed == [2, 0]
