@@ -92,11 +92,8 @@ class PolicyPlanner:
         # rows that draft nothing (a plain step: SmartSpec's k = 0) stay out of `run`, whose
         # drafting threads cost a step about 0.1 ms even with nothing to draft (2 CPU cores)
         drafting = [i for i, spec in enumerate(self._specs) if spec.tree.size > 1]
-        trees = [job() if spec.tree.size == 1 else None
-                 for job, spec in zip(jobs, self._specs, strict=True)]
-        for i, tree in zip(drafting, self.run([jobs[i] for i in drafting]), strict=True):
-            trees[i] = tree
-        return trees
+        drafted = dict(zip(drafting, self.run([jobs[i] for i in drafting]), strict=True))
+        return [drafted[i] if i in drafted else job() for i, job in enumerate(jobs)]
 
     def observe(self, index: int, served: Served, drafted: DraftedTree, verdict: Verdict
                 ) -> None:
