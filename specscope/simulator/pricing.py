@@ -38,9 +38,8 @@ The host terms (per level, per verification, per step) are `Pricing`'s own (`hos
 A step where no request speculates is plain decoding: one target forward of one token each
 (`forward_time`) and the server's own work, so at batch 1 a step is `Pricing.autoregressive_s`
 and a tree step `Pricing.tree_step_s(tree)`, each plus the server's terms (and `spec_row` in
-place of the loop's `step` where measured). A prompt (prefill)
-is a target forward at context 0 (the cost model's prefill terms), plus the draft model's own
-prefill.
+place of the loop's `step` where measured). A prompt (prefill) is a target forward at context 0
+(the cost model's prefill terms), plus the draft model's own prefill.
 
 Draft placement `separate` (draft model on other devices, `Link`): drafting of the next step
 overlaps this step's verification, so a step costs the longer of the two plus the link's
