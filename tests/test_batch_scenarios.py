@@ -1,5 +1,6 @@
 """Published batch rows (`examples/serving/`): a case anchored on its series' batch-1 speedup
-(`anchor_speedup`), the files priced as a whole, and an EAGLE-3 head's own vocabulary."""
+(`anchor_speedup`), a source that timed whole requests (`timed_prefill`), the files priced as a
+whole, and an EAGLE-3 head's own vocabulary."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 
 from specscope.errors import InputError
 from specscope.systems.registry import SYSTEMS
-from specscope.systems.reproduce import anchored, read_cases, reproduce
+from specscope.systems.reproduce import anchored, read_cases, reproduce, timed
+from specscope.systems.step import pricing
 
 SERVING = Path(__file__).parent.parent / "examples" / "serving"
 CASE = ('[[case]]\nname = "c"\nsystem = "head"\nhw = "h100"\nengine = "vllm"\n'
@@ -34,7 +36,43 @@ def test_the_anchor_sets_tau_so_batch_one_meets_the_anchor(tmp_path: Path) -> No
     assert row.predicted_speedup < 1.7  # the same τ gains less at batch 64
 
 
+LONG_PROMPTS = "batch = 64\ncontext = 800\nnew_tokens = 128\n"
+
+
+def test_a_timed_prefill_is_the_batchs_prompt_forwards_spread_over_its_new_tokens(
+        tmp_path: Path) -> None:
+    decode = reproduce(_file(tmp_path, LONG_PROMPTS + "tau = 2.5\n"))[0]
+    row = reproduce(_file(tmp_path, LONG_PROMPTS + "tau = 2.5\ntimed_prefill = true\n"))[0]
+    c = SYSTEMS["head"].costs(row.case)
+    price = pricing(row.case, c.target, c.drafter)
+    plain = float(price.baseline.forward_time(64, 800, 0))
+    ours = plain + float(price.drafter.forward_time(64, 800, 0))  # vLLM's baseline is its own
+    assert SYSTEMS["head"].prefill_s(row.case) == pytest.approx((plain, ours), rel=1e-12)
+    p, d = row.prediction, decode.prediction
+    assert p.parts["prefill"] == pytest.approx(ours * 2.5 / 128, rel=1e-12)
+    assert p.step_s == pytest.approx(d.step_s + ours * 2.5 / 128, rel=1e-12)
+    assert p.baseline_s == pytest.approx(d.baseline_s + plain / 128, rel=1e-12)
+    assert 1.0 < row.predicted_speedup < decode.predicted_speedup  # a gain pulled towards 1
+
+
+def test_a_timed_prefill_pulls_a_loss_towards_break_even_too(tmp_path: Path) -> None:
+    losing = LONG_PROMPTS.replace("64", "128") + "tau = 1.1\n"
+    decode = reproduce(_file(tmp_path, losing))[0]
+    row = reproduce(_file(tmp_path, losing + "timed_prefill = true\n"))[0]
+    assert decode.predicted_speedup < row.predicted_speedup < 1.0
+
+
+def test_the_anchor_holds_with_a_timed_prefill(tmp_path: Path) -> None:
+    case = read_cases(_file(tmp_path, LONG_PROMPTS + "anchor_speedup = 1.7\n"
+                                      "timed_prefill = true\n"))[0]
+    solved = anchored(case)
+    assert timed(dataclasses.replace(solved, batch=1)).speedup == pytest.approx(1.7, rel=1e-6)
+    untimed = anchored(dataclasses.replace(case, timed_prefill=False))
+    assert solved.tau > untimed.tau  # the prompt's share leaves less of the anchor to τ
+
+
 @pytest.mark.parametrize(("extra", "message"), [
+    ('timed_prefill = "yes"\n', "timed_prefill = 'yes' is not a boolean"),
     ("batch = 1\nanchor_speedup = 1.7\n", "anchors a batch > 1 case"),
     ("batch = 8\nanchor_speedup = 1.7\ntau = 2.0\n", "tau or anchor_speedup"),
     ("batch = 8\nanchor_speedup = -1\n", "anchor_speedup = -1 must be positive"),

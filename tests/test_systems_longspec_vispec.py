@@ -16,7 +16,7 @@ from specscope.models import get_model
 from specscope.systems import head, longspec, vispec
 from specscope.systems.case import Case
 from specscope.systems.head import head_model, head_spec
-from specscope.systems.reproduce import reproduce
+from specscope.systems.reproduce import predict_case, reproduce
 
 PAPERS = Path(__file__).resolve().parents[1] / "examples" / "papers"
 EXACT = 1e-9
@@ -122,7 +122,7 @@ def test_longspec_rows_within_15_percent_at_the_median() -> None:
 # ---- ViSpec -----------------------------------------------------------------------------------
 
 def test_a_request_without_images_is_the_text_model_drafted_by_a_head() -> None:
-    case = _vispec(images=0, options={"timed_prefill": False})  # decoding alone, as head prices
+    case = _vispec(images=0)  # decoding alone, as head prices
     ours, theirs = vispec.predict(case), head.predict(dataclasses.replace(case, system="head",
                                                                          options={}))
     assert ours.step_s == pytest.approx(theirs.step_s, rel=EXACT)
@@ -139,7 +139,7 @@ def test_a_request_without_images_is_the_text_model_drafted_by_a_head() -> None:
 
 
 def test_images_lengthen_the_targets_context_and_only_the_compressed_ones_the_heads() -> None:
-    case = _vispec(images=2, options={"query_tokens": 3, "timed_prefill": False})
+    case = _vispec(images=2, options={"query_tokens": 3})
     spec, c, p = get_model("llava-1.6-7b"), vispec.costs(case), vispec.predict(case)
     assert c.prompt_tokens == 2 * spec.image_tokens == 5760
     target_at = round(case.decode_context + 5760)
@@ -159,13 +159,14 @@ def test_images_lengthen_the_targets_context_and_only_the_compressed_ones_the_he
 
 
 def test_a_timed_prefill_is_spread_over_the_requests_new_tokens() -> None:
-    plain_case = _vispec(options={"timed_prefill": False})
-    timed_case = _vispec()  # the default: the paper's scripts time whole requests
-    plain, timed = vispec.predict(plain_case), vispec.predict(timed_case)
+    plain_case = _vispec()
+    timed_case = _vispec(timed_prefill=True)  # the paper's scripts time whole requests
+    plain, timed = predict_case(plain_case), predict_case(timed_case)
     c, spec = vispec.costs(timed_case), get_model("llava-1.6-7b")
     prompt = float(c.target.forward_time(1, 64 + spec.image_tokens, 0))
     shared = timed.parts["vision_encoder"] + prompt
     ours = shared + float(c.drafter.forward_time(1, 64 + 1, 0))
+    assert vispec.SYSTEM.prefill_s(timed_case) == pytest.approx((shared, ours), rel=EXACT)
     assert timed.parts["prefill"] == pytest.approx(ours * 3.98 / 200, rel=EXACT)
     assert timed.step_s == pytest.approx(plain.step_s + ours * 3.98 / 200, rel=EXACT)
     assert timed.baseline_s == pytest.approx(plain.baseline_s + shared / 200, rel=EXACT)

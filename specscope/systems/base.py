@@ -9,6 +9,8 @@ A mechanism answers two questions about a `Case`:
   cost models, so every system is simulated under load the same way.
 - `predict(case)`: the case's `Prediction`, one decoding step at batch `case.batch`, for
   `reproduce`.
+- `prefill_s(case)`: the batch's prompt forwards, which `reproduce` adds to a case whose source
+  timed whole requests (`timed_prefill`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 from specscope.hw_profiles import CostModel
 from specscope.systems.case import Case
-from specscope.systems.step import Prediction
+from specscope.systems.step import Prediction, pricing
 
 
 @dataclass(frozen=True)
@@ -50,3 +52,20 @@ class System:
     predict: Callable[[Case], Prediction]
     options: Mapping[str, type | tuple[type, ...]]
     lossy: bool = False
+    prompts: Callable[[Case], tuple[float, float]] | None = None
+
+    def prefill_s(self, case: Case) -> tuple[float, float]:
+        """Seconds of the batch's prompt forwards: (autoregressive, speculative). The
+        system's own `prompts` where its prompt differs (a VLM's images), else the target as
+        the baseline runs it over the prompt, and the target and the drafter as the system
+        deploys them on the case's engine."""
+        if self.prompts is not None:
+            return self.prompts(case)
+        c = self.costs(case)
+        price = pricing(case, c.target, c.drafter)
+        prompt = case.context + c.prompt_tokens
+        plain = float((price.baseline or price.target).forward_time(case.batch, prompt, 0))
+        ours = float(price.target.forward_time(case.batch, prompt, 0))
+        if price.drafter is not None:
+            ours += float(price.drafter.forward_time(case.batch, case.context, 0))
+        return plain, ours

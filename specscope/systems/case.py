@@ -30,6 +30,11 @@ apply: a tree is tokens per drafted level, `"4,16,16,16,16"`, root not counted):
                                     the one whose batch-1 prediction meets it, and the case
                                     (at its own batch > 1) is predicted with that τ (instead
                                     of tau)
+    timed_prefill                   true when the source timed whole requests, prompt forwards
+                                    included (a throughput over a run, a script's wall time):
+                                    each request's prefill enters its time per token as
+                                    prefill / new_tokens, on both sides (default false: the
+                                    source timed generation)
     any key of the system's own `OPTIONS` (window, exit_fraction, …)
 
 Every mistake is an `InputError` that names the file and the case: an unknown system, key, model
@@ -87,6 +92,7 @@ class Case:
     offload: float = 0.0
     gpus: int | None = None
     anchor_speedup: float | None = None
+    timed_prefill: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -111,7 +117,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "batch": int, "context": int, "new_tokens": int, "tree": str, "runtime": str, "images": int,
     "tp": int, "baseline": str, "baseline_tau": (int, float), "source": str, "setup": str,
     "engine": str, "baseline_engine": str, "draft_runtime": str, "tree_attention": str,
-    "offload": (int, float), "gpus": int, "anchor_speedup": (int, float),
+    "offload": (int, float), "gpus": int, "anchor_speedup": (int, float), "timed_prefill": bool,
 }
 """The shared keys and their TOML types."""
 

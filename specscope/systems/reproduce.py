@@ -20,7 +20,7 @@ from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.engine import DEFAULT_ENGINE, load_engine
 from specscope.systems.case import Case, case_from_table, read_case_tables
 from specscope.systems.registry import SYSTEMS
-from specscope.systems.step import Prediction
+from specscope.systems.step import Prediction, with_prefill
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,20 @@ def read_cases(path: str | Path) -> list[Case]:
     return cases
 
 
-ANCHOR_ROUNDS = 4
+ANCHOR_ROUNDS = 6
 """Fixed-point rounds solving τ from a batch-1 anchor: the step depends on τ only through the
-loop's per-accepted-token bookkeeping, so the rounds converge at once."""
+loop's per-accepted-token bookkeeping and a timed prefill's share per token, both small against
+the step, so the rounds converge at once."""
+
+
+def timed(case: Case) -> Prediction:
+    """The system's prediction of `case`, with the batch's prefill when its source timed whole
+    requests (`timed_prefill`)."""
+    system = SYSTEMS[case.system]
+    prediction = system.predict(case)
+    if not case.timed_prefill:
+        return prediction
+    return with_prefill(prediction, case, *system.prefill_s(case))
 
 
 def anchored(case: Case) -> Case:
@@ -131,7 +142,7 @@ def anchored(case: Case) -> Case:
         return case
     one = dataclasses.replace(case, batch=1, tau_includes_bonus=True)
     for _ in range(ANCHOR_ROUNDS):
-        p = SYSTEMS[case.system].predict(one)
+        p = timed(one)
         one = dataclasses.replace(one, tau=max(1.0, case.anchor_speedup * p.step_s
                                                 / p.baseline_s))
     return dataclasses.replace(case, tau=one.tau, tau_includes_bonus=True)
@@ -141,12 +152,12 @@ def predict_case(case: Case) -> Prediction:
     """The case's prediction against its baseline; any bad input names the case."""
     try:
         case = anchored(case)
-        prediction = SYSTEMS[case.system].predict(case)
+        prediction = timed(case)
         if case.baseline == "autoregressive":
             return prediction
         base = dataclasses.replace(case, system=case.baseline, tau=case.baseline_tau,
                                    options={})
-        per_token = SYSTEMS[case.baseline].predict(base).seconds_per_token
+        per_token = timed(base).seconds_per_token
     except InputError as exc:
         message = str(exc)
         raise (exc if message.startswith(case.where) else case.fail(message)) from None

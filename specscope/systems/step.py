@@ -5,14 +5,14 @@ A published tree is given as tokens per drafted level (w₁, …, w_d); drafting
 forwards, level ℓ running the w_{ℓ−1} nodes it expands (w₀ = 1, the root) with the earlier levels
 in the draft's KV cache, as EAGLE-style and draft-model implementations do; one target forward
 verifies the n = 1 + Σ w tokens. Both come from `Pricing` (the profile's host terms included), at
-the case's mean decoding context: prompt + half the new tokens. Prefill is left out of every
-speedup (the papers time generation).
+the case's mean decoding context: prompt + half the new tokens. Prefill is left out of a
+speedup unless the source timed whole requests (`with_prefill`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
@@ -117,3 +117,18 @@ def speculative(case: Case, price: Pricing, source: str, tokens_per_step: float 
     return Prediction(tokens_per_step=tokens,
                       step_s=sum(parts.values()), baseline_s=price.autoregressive_s,
                       batch=case.batch, parts=parts, assumptions=tuple(assumptions), lossy=lossy)
+
+
+def with_prefill(prediction: Prediction, case: Case, plain_s: float, ours_s: float
+                 ) -> Prediction:
+    """`prediction` for a source that timed whole requests: each request's prefill (`ours_s`
+    speculating, `plain_s` decoding plainly, the batch's prompt forwards) enters its time per
+    token as prefill / new_tokens, so a step pays the share of the tokens it yields."""
+    share = ours_s * prediction.tokens_per_step / case.new_tokens
+    return replace(prediction, step_s=prediction.step_s + share,
+                   parts={**prediction.parts, "prefill": share},
+                   baseline_s=prediction.baseline_s + plain_s / case.new_tokens,
+                   assumptions=(*prediction.assumptions,
+                                f"timed prefill: {ours_s * 1e3:.1f} ms (autoregressive "
+                                f"{plain_s * 1e3:.1f} ms) per batch of requests over "
+                                f"{case.new_tokens} tokens"))

@@ -23,14 +23,12 @@ Modelled, as the authors' code (github.com/KangJialiang/ViSpec, `cnets_ours.py`)
   `max_seq_len` (LLaVA-NeXT's 5 crops of 576 patches). It is reported as the `vision_encoder`
   part (seconds per request, not per step) and left out of the speedup unless the prefill is
   timed.
-- `timed_prefill` (a case option, default true, the paper's protocol): the authors' scripts
-  time whole requests
-  (`wall_time` around `specgenerate` and around the baseline's loop, prompt included) and divide
-  by the tokens generated, so each request's prefill — the vision encoder and the target's
-  prompt forward over image and text tokens, and for ViSpec the head's prompt forward too — is
-  spread over its `new_tokens` in both times per token. With it on, the step gains the
-  `prefill` part, prefill × tokens per step / new_tokens, and autoregressive decoding prefill
-  / new_tokens per token.
+- A timed prefill (the case key `timed_prefill`, the paper's protocol: the authors' scripts
+  time whole requests, `wall_time` around `specgenerate` and around the baseline's loop,
+  prompt included, and divide by the tokens generated): `reproduce` spreads each request's
+  prefill over its `new_tokens` in both times per token. ViSpec's prefill (`prefill_s`) is the
+  vision encoder and the target's prompt forward over image and text tokens, and for ViSpec
+  the head's prompt forward over the text and the compressed images too.
 
 Approximated: the adaptor's cross-attention (a few learned queries per image) is not priced;
 EAGLE-2's reranking and tree bookkeeping are host work the profile's per-level terms stand for;
@@ -40,7 +38,6 @@ the case's mean decoding context.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from specscope.models import get_model
@@ -60,10 +57,8 @@ from specscope.systems.step import (
 QUERY_TOKENS = 2
 """Learned queries of the vision adaptor per image (`--num-q 2`, the released checkpoints)."""
 
-OPTIONS: dict[str, type | tuple[type, ...]] = {"query_tokens": int, "timed_prefill": bool}
-"""query_tokens: the adaptor's queries per image (default `QUERY_TOKENS`); timed_prefill: the
-published times per token include each request's prefill (default true: the authors' scripts
-time whole requests; false prices decoding alone)."""
+OPTIONS: dict[str, type | tuple[type, ...]] = {"query_tokens": int}
+"""query_tokens: the adaptor's queries per image (default `QUERY_TOKENS`)."""
 
 
 class ViSpecHeadCost(HeadCost):
@@ -118,11 +113,13 @@ def vision_encoder_s(case: Case, spec: ModelSpec) -> float:
                                       spec.image_patches / crops, 0))
 
 
-def prefill_s(case: Case, deployed: SystemCosts, spec: ModelSpec) -> tuple[float, float]:
-    """Seconds of one request's prefill (the batch's): (autoregressive, ViSpec), the vision
-    encoder and the target's prompt forward over image and text tokens, ViSpec adding its head's
-    prompt forward over the text and the compressed images."""
-    prompt = case.context + deployed.prompt_tokens
+def prefill_s(case: Case) -> tuple[float, float]:
+    """Seconds of the batch's prefill, (autoregressive, ViSpec): the vision encoder and the
+    target's prompt forward over image and text tokens, ViSpec adding its head's prompt forward
+    over the text and the compressed images (the models as the case's engine runs them)."""
+    spec, c = _vlm(case), costs(case)
+    deployed = pricing(case, c.target, c.drafter)
+    prompt = case.context + c.prompt_tokens
     shared = vision_encoder_s(case, spec) + float(deployed.target.forward_time(case.batch,
                                                                                  prompt, 0))
     draft_prompt = case.context + case.images * (_query_tokens(case) - 1)
@@ -142,27 +139,21 @@ def predict(case: Case) -> Prediction:
                        case.decode_context + case.images * (queries - 1))
     parts = tree_step(target_at, case.tree, c.source)
     parts["draft"] = tree_step(draft_at, case.tree, c.source)["draft"]
-    baseline = target_at.autoregressive_s
     assumptions = [
         f"target context {target_at.context_len} tokens ({c.prompt_tokens} image tokens), "
         f"draft context {draft_at.context_len} ({queries - 1} per image and a global feature)",
         "one-layer EAGLE head with a 16-bit LM head over the full vocabulary",
     ]
-    if case.options.get("timed_prefill", True):
-        on_engine = dataclasses.replace(c, target=target_at.target, drafter=target_at.drafter)
-        plain, ours = prefill_s(case, on_engine, spec)
-        parts["prefill"] = ours * case.tokens_per_step / case.new_tokens
-        baseline += plain / case.new_tokens
-        assumptions.append(f"timed prefill: {ours * 1e3:.1f} ms (autoregressive "
-                           f"{plain * 1e3:.1f} ms) per request over {case.new_tokens} tokens")
     step = sum(parts.values())
     if case.images:
         parts["vision_encoder"] = vision_encoder_s(case, spec)
         assumptions.append(f"vision_encoder: {spec.vision_encoder} once per request, not a "
                            "part of the step")
-    return Prediction(tokens_per_step=case.tokens_per_step, step_s=step, baseline_s=baseline,
+    return Prediction(tokens_per_step=case.tokens_per_step, step_s=step,
+                      baseline_s=target_at.autoregressive_s,
                       batch=case.batch, parts=parts, assumptions=tuple(assumptions))
 
 
 SYSTEM = System("vispec", "Kang et al. 2025, ViSpec: Accelerating Vision-Language Models with "
-                "Vision-Aware Speculative Decoding (arXiv:2509.15235)", costs, predict, OPTIONS)
+                "Vision-Aware Speculative Decoding (arXiv:2509.15235)", costs, predict, OPTIONS,
+                prompts=prefill_s)
