@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,7 @@ class Engine:
         runtimes were measured on)."""
         base = LoopCosts()
         if self.loop_from_profile:
-            source = load_profile(self.measured_on) if self.measured_on else hw
+            source = self._measured_on or hw
             base = LoopCosts(**{f: getattr(source.loop, f) for f in self.loop_from_profile})
             if source.name != hw.name:
                 base = dataclasses.replace(
@@ -98,6 +98,12 @@ class Engine:
         return dataclasses.replace(
             base, **{k: v * factor for k, v in self.stated.items()},
             drafter={**base.drafter, **{k: v * factor for k, v in self.stated_drafters.items()}})
+
+    @cached_property
+    def _measured_on(self) -> HardwareProfile | None:
+        """The profile whose loop this engine carries, read once (`loop_costs` runs for every
+        pricing a reproduce run builds); None: the priced box's own."""
+        return load_profile(self.measured_on) if self.measured_on else None
 
     def baseline_engine(self) -> Engine:
         """The engine whose autoregressive loop this engine's speedups are over."""
