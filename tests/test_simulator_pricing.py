@@ -161,3 +161,19 @@ def test_bookkeeping_is_paid_per_speculating_request() -> None:
         pytest.approx(3 * one + step + row, rel=1e-12))
     assert pricer.parts([100] * 2, [plain] * 2).bookkeeping_s == pytest.approx(
         step + 2 * row, rel=1e-12, abs=1e-15)
+
+
+def test_an_engine_whose_step_runs_over_the_batch_pays_it_once_as_pricing_does() -> None:
+    from specscope.hw_profiles.engine import load_engine
+    from specscope.hw_profiles.pricing import for_engine
+
+    engine = load_engine("vllm")
+    assert engine.batched_step and not engine.loop_costs(load_profile("h100")).step_per_row
+    priced = for_engine(engine, CostModel(load_profile("h100"), get_model("llama-3.1-8b")),
+                        CostModel(load_profile("h100"), get_model("llama-68m")), 300, 16)
+    pricer = BatchPricer(priced.target, priced.drafter, "draft", engine=engine)
+    chain = Speculation.of(Tree.chain(4, "draft"))
+    for rows in (1, 16):
+        assert pricer.parts([300] * rows, [chain] * rows).bookkeeping_s == pytest.approx(
+            priced.bookkeeping_s, rel=1e-12)
+    assert pricer.parts([300] * 2, [Speculation.none()] * 2).bookkeeping_s == 0.0

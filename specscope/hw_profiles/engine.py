@@ -41,7 +41,8 @@ mask over prefix + tree, or none (it verifies chains only)."""
 DEFAULT_ENGINE = "specscope"
 
 
-_LOOP_SETTINGS = ("measured_on", "from_profile", "uncarried", "reference_layer_us")
+_LOOP_SETTINGS = ("measured_on", "from_profile", "uncarried", "reference_layer_us",
+                  "batched_step")
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,9 @@ class Engine:
     runtime (a fused engine runs fewer kernels a layer); host_layer_ratio: the engine's model
     code's eager
     host issue time per layer over specscope's Transformer's, which the eager runtimes were
-    fitted on; sources: where each stated value comes from, by key, or "assumed: …".
+    fitted on; sources: where each stated value comes from, by key, or "assumed: …";
+    batched_step (`[loop] batched_step`): the step's bookkeeping runs once over a batch of
+    sequences (`LoopCosts.step_per_row` false), not once per speculating sequence.
     """
 
     name: str
@@ -78,6 +81,7 @@ class Engine:
     host_layer_ratio: float
     device_layer_ratio: float
     sources: dict[str, str]
+    batched_step: bool = False
 
     def loop_costs(self, hw: HardwareProfile) -> LoopCosts:
         """This engine's loop priced on box `hw` (module docstring): the loop profile-hw
@@ -97,7 +101,8 @@ class Engine:
                   else 1.0 / hw.host_speed)
         return dataclasses.replace(
             base, **{k: v * factor for k, v in self.stated.items()},
-            drafter={**base.drafter, **{k: v * factor for k, v in self.stated_drafters.items()}})
+            drafter={**base.drafter, **{k: v * factor for k, v in self.stated_drafters.items()}},
+            step_per_row=not self.batched_step)
 
     @cached_property
     def _measured_on(self) -> HardwareProfile | None:
@@ -180,6 +185,9 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
         else:
             values[name] = seconds
     reference = _number(table.get("reference_layer_us", 0.0), "[loop] reference_layer_us", where)
+    batched_step = table.get("batched_step", False)
+    if not isinstance(batched_step, bool):
+        raise InputError(f"{where}: [loop] batched_step must be true or false")
     ratio = _number(data.get("host_layer_ratio", 1.0), "host_layer_ratio", where)
     if ratio <= 0:
         raise InputError(f"{where}: host_layer_ratio must be positive")
@@ -204,7 +212,7 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                   measured_on=measured_on, stated=values, stated_drafters=drafters,
                   loop_from_profile=from_profile, uncarried=uncarried,
                   reference_layer_s=reference * 1e-6, host_layer_ratio=ratio,
-                  device_layer_ratio=device, sources=dict(sources))
+                  device_layer_ratio=device, sources=dict(sources), batched_step=batched_step)
 
 
 def _terms(value: Any, key: str, where: str) -> tuple[str, ...]:

@@ -53,7 +53,11 @@ class LoopCosts:
     under eager does: one tensor of B × longest), where a paged-attention engine reads each
     row's own; level_per_row: a batched draft-model level pays its host work (`level`,
     `draft_cold`) once per sequence, not once per level (specscope's server: each row's drafter
-    proposes for its own nodes, in its own thread, around the one shared forward).
+    proposes for its own nodes, in its own thread, around the one shared forward);
+    step_per_row: a batched step pays `step` (or `spec_row`) once per speculating sequence, as
+    specscope's server walks each row's verdict, commit and drafter update; false for an engine
+    whose step runs once over the whole batch (`[loop] batched_step`: vLLM's and SGLang's
+    rejection sampling and commit are batched tensor operations).
     """
 
     step: float = 0.0
@@ -76,16 +80,18 @@ class LoopCosts:
     spec_row: float | None = None
     pads_context: bool = False
     level_per_row: bool = False
+    step_per_row: bool = True
 
     def carried(self, factor: float) -> LoopCosts:
         """These terms on a host `factor` times slower; the cold terms, cache effects of the
         host that measured them, stay behind (0)."""
         out = {f.name: getattr(self, f.name) * factor for f in fields(self)
-               if f.name not in ("drafter", "draft_cold", "verify_cold", "spec_row", *FLAGS)}
+               if f.name not in ("drafter", "draft_cold", "verify_cold", "spec_row",
+                                 "step_per_row", *FLAGS)}
         spec_row = None if self.spec_row is None else self.spec_row * factor
         return LoopCosts(**out, drafter={k: v * factor for k, v in self.drafter.items()},
-                         spec_row=spec_row,
-                         pads_context=self.pads_context, level_per_row=self.level_per_row)
+                         spec_row=spec_row, pads_context=self.pads_context,
+                         level_per_row=self.level_per_row, step_per_row=self.step_per_row)
 
     @property
     def row_bookkeeping(self) -> float:

@@ -170,12 +170,15 @@ class HostTerms:
     per draft-model level, per verification, per step (bookkeeping), `level_s` of a
     model-free source, per further node a draft-model level proposes for, and the batching
     server's own work per step, per sequence that does not speculate and per sequence sharing a
-    batched draft level (`LoopCosts`)."""
+    batched draft level (`LoopCosts`). `bookkeeping` is paid per speculating sequence,
+    `batched_bookkeeping` once per step that speculates (an engine whose step runs over the
+    whole batch: `LoopCosts.step_per_row` false)."""
 
     level: float
     verify: float
     bookkeeping: float
     level_s: Callable[[str], float]
+    batched_bookkeeping: float = 0.0
     node: float = 0.0
     serve_step: float = 0.0
     serve_row: float = 0.0
@@ -194,7 +197,9 @@ def host_terms(target: CostModel, drafter: CostModel | None, temperature: float 
     ref = Pricing(target, drafter, 1, temperature=temperature, engine=engine)
     level = ref.level_host_s if drafter is not None else 0.0
     node = ref.loop.node if drafter is not None else 0.0
-    return HostTerms(level, ref.verify_extra_s, ref.loop.row_bookkeeping, ref.level_s, node,
+    per_row = ref.loop.step_per_row
+    return HostTerms(level, ref.verify_extra_s, ref.loop.row_bookkeeping if per_row else 0.0,
+                     ref.level_s, 0.0 if per_row else ref.loop.step, node,
                      ref.loop.serve_step, ref.loop.serve_row, ref.loop.pads_context,
                      ref.loop.level_per_row, ref.loop.choose_step, ref.loop.choose_row,
                      ref.loop.shared_row)
@@ -304,7 +309,8 @@ class BatchPricer:
             forward = self._target.forward(batch, tokens, context)
             return StepParts(draft, forward, served, False)
         verify = self._target.verify(batch, tokens, context) + self._host.verify
-        return StepParts(draft, verify, speculating * self._host.bookkeeping + served)
+        return StepParts(draft, verify, speculating * self._host.bookkeeping
+                         + self._host.batched_bookkeeping + served)
 
     def _level_s(self, source: str, count: int, forwarded: int, context_sum: int,
                  expanded: int) -> float:
