@@ -1,5 +1,6 @@
-"""`optimize-tree --batch`: trees and the plain baseline priced at a batch, and the verdict that
-says when no speculation pays."""
+"""`optimize-tree --batch`: trees and the plain baseline priced at a batch, the verdict that
+says when no speculation pays, and `--system`: the trees of a seed system's drafter (an EAGLE
+head) priced as `reproduce` prices that system."""
 
 from __future__ import annotations
 
@@ -55,3 +56,46 @@ def test_export_says_when_nothing_pays(cli) -> None:
 def test_bad_batches_exit_2(cli, batch: int, word: str) -> None:
     code, _, err = cli(*ARGS, "--batch", batch)
     assert code == 2 and word in err and len(err.strip().splitlines()) == 1, err
+
+
+HEAD = ("optimize-tree", "--hw", "h100", "--engine", "sglang", "--system", "head", "--target",
+        "llama-3.1-8b", "--acceptance", "0.7,0.1", "--algo", "chain", "--budget", "4")
+
+
+@pytest.mark.parametrize("batch", [1, 64])
+def test_a_systems_chain_is_priced_as_reproduce_prices_it(cli, tmp_path, batch: int) -> None:
+    from specscope.systems.reproduce import reproduce
+
+    code, out, err = cli(*HEAD, "--context", 512, "--batch", batch, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    row = doc["results"][0]
+    assert doc["system"] == "head" and doc["drafter"] == "llama-3.1-8b/head"
+    case = tmp_path / "head.toml"
+    case.write_text('[[case]]\nname = "h"\nsystem = "head"\nhw = "h100"\nengine = "sglang"\n'
+                    f'target = "llama-3.1-8b"\ntree = "1,1,1"\nbatch = {batch}\n'
+                    f'context = 384\nnew_tokens = 256\ntau = {row["expected_tokens"]}\n'
+                    'published_speedup = 1.0\n')
+    theirs = reproduce(case)[0].prediction
+    base_ms = row["speedup"] * row["step_time_ms"] / row["expected_tokens"]
+    assert base_ms == pytest.approx(theirs.baseline_s * 1e3, rel=1e-9)
+    # the same verification and bookkeeping; a draft level here forwards the nodes above it (as
+    # specscope's executor drafts), there only the node it expands (a head's KV cache): 1 %
+    assert row["step_time_ms"] == pytest.approx(theirs.step_s * 1e3, rel=0.015)
+    assert row["step_time_ms"] > theirs.step_s * 1e3
+
+
+@pytest.mark.parametrize(("extra", "word"), [
+    (("--offload", 0.5), "--offload restates the plain target"),
+    (("--draft-vocab", 32000), "--draft-vocab restates"),
+    (("--source", "ngram"), "source ngram is model-free"),
+    (("--system-options", "vocab=0"), "vocab = 0 must lie in"),
+])
+def test_a_system_refuses_what_it_deploys_itself(cli, extra: tuple, word: str) -> None:
+    code, _, err = cli(*HEAD, *extra)
+    assert code == 2 and word in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_system_needs_a_named_target(cli) -> None:
+    code, _, err = cli(*[a for a in HEAD if a not in ("--target", "llama-3.1-8b")])
+    assert code == 2 and "--system deploys its models around a named --target" in err, err

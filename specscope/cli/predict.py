@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -44,6 +44,9 @@ from specscope.cli.common import (
     console,
 )
 from specscope.errors import InputError
+
+if TYPE_CHECKING:
+    from specscope.optimizers.run import Deployed
 
 Source = Annotated[str | None, typer.Option(
     help="Trace source whose acceptance is used, or its kind alone (rasd) when the trace holds "
@@ -191,6 +194,8 @@ def optimize_tree(
     engine: EngineName = None,
     offload: Offload = 0.0,
     tree_attention: TreeAttention = "split",
+    system: SystemName = None,
+    system_options: SystemOptions = None,
     export: Annotated[str | None, typer.Option(
         help="Also solve for the best configuration this engine can run at the budget, "
              "beside the unconstrained optimum (with -o or --json: that document)."),
@@ -205,9 +210,11 @@ def optimize_tree(
     method's tree is built under the same budget and priced on the profile's runtime."""
     from specscope.optimizers.compare import MethodOptions
     from specscope.optimizers.run import OptimizeRequest, run_optimize
+    from specscope.systems.registry import system_options as parse_system
     from specscope.tables import export_lines, optimize_table, pareto_table
 
     trace, vector = _acceptance_inputs(trace, acceptance)
+    options = parse_system(system, system_options)
     request = OptimizeRequest(
         hw=hw,
         trace_path=trace,
@@ -240,6 +247,10 @@ def optimize_tree(
         engine=engine,
         offload=offload,
         tree_attention=tree_attention,
+        system=system,
+        system_options=options,
+        deployed=None if system is None else _deployed(system, hw, target, drafter, tp,
+                                                       runtime, options),
     )
     choice = None
     with _progress("optimizing") as bar:
@@ -283,6 +294,25 @@ def optimize_tree(
     if exported is not None:
         for line in export_lines(exported):
             console.print(line, soft_wrap=True, highlight=False)
+
+
+def _deployed(system: str, hw: str, target: str | None, drafter: str | None, tp: int,
+              runtime: str | None, options: dict) -> Deployed:
+    """`system`'s target and drafter for optimize-tree (a draft-model system's --drafter
+    is its draft)."""
+    from specscope.names import MODEL_FREE_SOURCES
+    from specscope.optimizers.run import Deployed
+    from specscope.systems.registry import deploy
+
+    if target is None:
+        raise InputError("--system deploys its models around a named --target; pass one")
+    draft = None if drafter in (None, *MODEL_FREE_SOURCES) else drafter
+    costs = deploy(system, hw, target, draft=draft, tp=tp, runtime=runtime, options=options)
+    if costs.acceptance_scale != 1.0:
+        raise InputError(f"--system {system} scales its drafter's acceptance by "
+                         f"{costs.acceptance_scale:g}; give the acceptance as measured under it "
+                         "and price the drafter with --drafter")
+    return Deployed(costs.target, costs.drafter, costs.source)
 
 
 def simulate(

@@ -17,6 +17,7 @@ from specscope.limits import check_memory, check_time
 from specscope.models import get_model, list_models
 from specscope.models.catalogue import drafter_spec
 from specscope.models.spec import ModelSpec
+from specscope.names import MODEL_FREE_SOURCES
 from specscope.optimizers.compare import (
     DP_REFERENCE,
     Comparison,
@@ -67,6 +68,26 @@ class OptimizeRequest:
     draft_tp: int = 1
     draft_vocab: int | None = None
     stages: int = 1
+    system: str | None = None
+    system_options: dict[str, Any] = field(default_factory=dict)
+    deployed: Deployed | None = None
+    """With `system`: its target and drafter as it deploys them, built by the caller (the
+    systems sit above the optimizers), in place of catalogue models."""
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """A seed system's cost models for `optimize-tree --system`: the target as verified and the
+    drafter (None: a model-free `source`)."""
+
+    target: CostModel
+    drafter: CostModel | None
+    source: str
+
+
+SYSTEM_UNSTATED = (("--offload", "offload"), ("--stages", "stages"), ("--draft-tp", "draft_tp"),
+                   ("--draft-vocab", "draft_vocab"))
+"""Options that restate a plain target or draft model, which a --system deploys itself."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +105,7 @@ class OptimizeResult:
     reference: str = DP_REFERENCE
     engine: str | None = None
     batch: int = 1
+    system: str | None = None
     setup: Setup | None = field(default=None, repr=False, compare=False)
     """What every method was scored on (`export` solves engines' families on it)."""
 
@@ -115,6 +137,7 @@ class OptimizeResult:
             "runtime": self.runtime,
             "tree_attention": self.tree_attention,
             **({"engine": self.engine} if self.engine else {}),
+            **({"system": self.system} if self.system else {}),
             "speculation_pays": self.speculation_pays,
             "verdict": self.verdict,
             "results": [
@@ -189,11 +212,14 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         return CostModel(profile, spec, runtime=req.runtime, tree_attention=req.tree_attention,
                          offload=offload, tp=tp, stages=stages)
 
+    if req.deployed is None:
+        verified = cost_model(get_model(target), req.offload, tp=req.tp, stages=req.stages)
+        drafts = None if priced is None else cost_model(priced, tp=req.draft_tp)
+    else:
+        verified, drafts, source, drafter = _as_deployed(req, source, target)
     pricing = for_engine(
-        req.engine, cost_model(get_model(target), req.offload, tp=req.tp, stages=req.stages),
-        None if priced is None else cost_model(priced, tp=req.draft_tp), int(context),
-        req.batch, temperature=0.0 if trace is None else trace.temperature,
-        draft_window=req.draft_window,
+        req.engine, verified, drafts, int(context), req.batch,
+        temperature=0.0 if trace is None else trace.temperature, draft_window=req.draft_window,
     )
     pricing.check_fits(int(context) + max([*(req.budgets or ()), req.budget or 0]),
                        req.stages if req.stages > 1 else None)
@@ -202,7 +228,34 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
     comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets, progress=progress)
     return OptimizeResult(profile.name, target, drafter, source, int(context), comparison,
                           pricing.target.runtime.name, pricing.target.tree_attention,
-                          engine=req.engine, batch=req.batch, setup=setup)
+                          engine=req.engine, batch=req.batch, system=req.system, setup=setup)
+
+
+def _as_deployed(req: OptimizeRequest, source: str, target: str
+                 ) -> tuple[CostModel, CostModel | None, str, str]:
+    """(target, drafter, source, drafter name) as `req.system` deploys them: a system that
+    drafts with a model prices the acceptance's source as that model's levels (a given vector
+    is its drafter's, so the trees are labelled with its source); a model-free one prices its
+    own source's."""
+    deployed = req.deployed
+    assert deployed is not None
+    restated = [o for o, key in SYSTEM_UNSTATED
+                if getattr(req, key) not in (None, 0.0, 1)]
+    restated += ["--tree-attention dense"] if req.tree_attention != "split" else []
+    if restated:
+        raise InputError(f"{restated[0]} restates the plain target or draft; --system "
+                         f"{req.system} deploys its own (its keys: --system-options)")
+    if deployed.target.model.name != target:
+        raise InputError(f"--system {req.system} deployed {deployed.target.model.name}, "
+                         f"the acceptance is of {target}; pass --target")
+    if deployed.drafter is None:
+        return deployed.target, None, deployed.source, deployed.source
+    if source in MODEL_FREE_SOURCES:
+        raise InputError(f"--system {req.system} drafts with a model; the acceptance's source "
+                         f"{source} is model-free")
+    if req.trace_path is None:  # a given vector: the trees are the system's drafter's
+        source = deployed.source
+    return deployed.target, deployed.drafter, source, deployed.drafter.model.name
 
 
 def _draft_as_stated(spec: ModelSpec | None, req: OptimizeRequest) -> ModelSpec | None:

@@ -106,6 +106,7 @@ def choose_at_rate(req: OptimizeRequest, rate: float, requests: int, seed: int =
         else alone.drafter,
         acceptance=None if req.acceptance is None else tuple(req.acceptance),
         runtime=req.runtime, engine=req.engine, offload=req.offload, tp=req.tp, rate=rate,
+        system=req.system, system_options=req.system_options,
         requests=requests, seed=seed, budget=budget,
         max_depth=budget if req.max_depth is None else req.max_depth, against_plain=False)
     total = 2 + MAX_TREES
