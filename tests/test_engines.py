@@ -17,6 +17,8 @@ from specscope.hw_profiles.engine import ENGINE_NAMES, host_scale, load_engine
 from specscope.hw_profiles.loop import SERVER_TERMS, LoopCosts
 from specscope.hw_profiles.pricing import Pricing, for_engine
 from specscope.models import get_model
+from specscope.simulator.policies.base import Speculation
+from specscope.simulator.pricing import BatchPricer
 from specscope.tree import Tree
 
 TREES = [Tree.chain(5, "draft"), Tree(np.array([-1, 0, 0, 1, 1, 2]), np.array([0, 0, 1, 0, 1, 0]),
@@ -129,6 +131,9 @@ def test_a_chain_only_engine_refuses_a_branching_tree() -> None:
     ('[loop]\nfrom_profile = true', '', "says nothing of 'loop'"),
     ('[loop]\nfrom_profile = ["step", "speed"]', 'loop = "x"\n', "from_profile must be"),
     ('[loop]\nfrom_profile = ["step"]\nuncarried = ["node"]', 'loop = "x"\n', "uncarried names"),
+    ('draft_cache = "yes"', 'loop = "x"\n', "draft_cache must be true or false"),
+    ('draft_cache = true', '', "says nothing of 'draft_cache'"),
+    ('[loop]\nbatched_step = 1', 'loop = "x"\n', "batched_step must be true or false"),
 ])
 def test_a_bad_engine_file_is_one_clear_error(tmp_path: Path, body: str, sources: str,
                                               message: str) -> None:
@@ -260,3 +265,20 @@ def test_a_fused_engines_layers_cost_their_share_of_the_fixed_device_time(tmp_pa
     saved = 0.5 * target.runtime.layer_s * target.model.n_layers
     assert one.autoregressive_s - half.autoregressive_s == pytest.approx(saved, rel=1e-6)
     assert half.level_s("draft") < one.level_s("draft")
+
+
+def test_a_draft_that_caches_its_levels_forwards_only_the_nodes_it_expands(tmp_path: Path) -> None:
+    target, draft = _models("h100")
+    cached = load_engine(_engine_file(tmp_path, "draft_cache = true",
+                                      'loop = "x"\ndraft_cache = "x"\n'))
+    plain = load_engine(_engine_file(tmp_path, ""))
+    tree = TREES[1]  # levels of 2 and 3 nodes under 1 and 2 parents
+    with_cache, without = (for_engine(e, target, draft, 512, 8) for e in (cached, plain))
+    assert with_cache.draft_s(tree) == pytest.approx(
+        with_cache.level_s("draft", 1, 1) + with_cache.level_s("draft", 2, 2), rel=1e-12)
+    assert without.draft_s(tree) == pytest.approx(
+        without.level_s("draft", 1, 1) + without.level_s("draft", 3, 2), rel=1e-12)
+    for engine, priced in ((cached, with_cache), (plain, without)):
+        pricer = BatchPricer(priced.target, priced.drafter, "draft", engine=engine)
+        assert pricer.draft_s([512] * 8, [Speculation.of(tree)] * 8) == pytest.approx(
+            priced.draft_s(tree), rel=1e-9)

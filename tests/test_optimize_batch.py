@@ -76,13 +76,9 @@ def test_a_systems_chain_is_priced_as_reproduce_prices_it(cli, tmp_path, batch: 
                     f'target = "llama-3.1-8b"\ntree = "1,1,1"\nbatch = {batch}\n'
                     f'context = 384\nnew_tokens = 256\ntau = {row["expected_tokens"]}\n'
                     'published_speedup = 1.0\n')
-    theirs = reproduce(case)[0].prediction
-    base_ms = row["speedup"] * row["step_time_ms"] / row["expected_tokens"]
-    assert base_ms == pytest.approx(theirs.baseline_s * 1e3, rel=1e-9)
-    # the same verification and bookkeeping; a draft level here forwards the nodes above it (as
-    # specscope's executor drafts), there only the node it expands (a head's KV cache): 1 %
-    assert row["step_time_ms"] == pytest.approx(theirs.step_s * 1e3, rel=0.015)
-    assert row["step_time_ms"] > theirs.step_s * 1e3
+    theirs = reproduce(case)[0].prediction  # SGLang's draft levels run on its KV cache
+    assert row["step_time_ms"] == pytest.approx(theirs.step_s * 1e3, rel=1e-9)
+    assert row["speedup"] == pytest.approx(theirs.speedup, rel=1e-9)
 
 
 @pytest.mark.parametrize(("extra", "word"), [

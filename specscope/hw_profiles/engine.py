@@ -63,7 +63,10 @@ class Engine:
     host issue time per layer over specscope's Transformer's, which the eager runtimes were
     fitted on; sources: where each stated value comes from, by key, or "assumed: …";
     batched_step (`[loop] batched_step`): the step's bookkeeping runs once over a batch of
-    sequences (`LoopCosts.step_per_row` false), not once per speculating sequence.
+    sequences (`LoopCosts.step_per_row` false), not once per speculating sequence;
+    draft_cache: the draft keeps its drafted levels in its KV cache, so a level forwards only
+    the nodes it expands (specscope's executor forwards each level's nodes with their
+    ancestors after the committed prefix).
     """
 
     name: str
@@ -82,6 +85,7 @@ class Engine:
     device_layer_ratio: float
     sources: dict[str, str]
     batched_step: bool = False
+    draft_cache: bool = False
 
     def loop_costs(self, hw: HardwareProfile) -> LoopCosts:
         """This engine's loop priced on box `hw` (module docstring): the loop profile-hw
@@ -185,9 +189,10 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
         else:
             values[name] = seconds
     reference = _number(table.get("reference_layer_us", 0.0), "[loop] reference_layer_us", where)
-    batched_step = table.get("batched_step", False)
-    if not isinstance(batched_step, bool):
-        raise InputError(f"{where}: [loop] batched_step must be true or false")
+    batched_step, draft_cache = table.get("batched_step", False), data.get("draft_cache", False)
+    for key, value in (("[loop] batched_step", batched_step), ("draft_cache", draft_cache)):
+        if not isinstance(value, bool):
+            raise InputError(f"{where}: {key} must be true or false")
     ratio = _number(data.get("host_layer_ratio", 1.0), "host_layer_ratio", where)
     if ratio <= 0:
         raise InputError(f"{where}: host_layer_ratio must be positive")
@@ -201,6 +206,7 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     needed += ["loop"] if from_profile else []
     needed += ["host_layer_ratio"] if ratio != 1.0 else []
     needed += ["device_layer_ratio"] if device != 1.0 else []
+    needed += ["draft_cache"] if draft_cache else []
     unsourced = [k for k in needed if k not in sources and (k == "loop" or "loop" not in sources)]
     if unsourced:
         raise InputError(f"{where}: [sources] says nothing of {unsourced[0]!r} (a source, or "
@@ -212,7 +218,8 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                   measured_on=measured_on, stated=values, stated_drafters=drafters,
                   loop_from_profile=from_profile, uncarried=uncarried,
                   reference_layer_s=reference * 1e-6, host_layer_ratio=ratio,
-                  device_layer_ratio=device, sources=dict(sources), batched_step=batched_step)
+                  device_layer_ratio=device, sources=dict(sources), batched_step=batched_step,
+                  draft_cache=draft_cache)
 
 
 def _terms(value: Any, key: str, where: str) -> tuple[str, ...]:

@@ -202,17 +202,25 @@ class Pricing:
         verify = self.verify_s(tree.size, tree.depth, int(tree.leaves.size))
         return self.draft_s(tree) + verify + self.bookkeeping_s
 
+    @property
+    def draft_cache(self) -> bool:
+        """Whether the engine's draft keeps its drafted levels in its KV cache
+        (`Engine.draft_cache`)."""
+        return self.engine is not None and self.engine.draft_cache
+
     def draft_s(self, tree: Tree) -> float:
         """Seconds drafting `tree`: one `level_s` per (depth, source) holding drafted nodes; a
-        draft-model level forwards the nodes above it (root first) and proposes for the
-        distinct parents of its nodes. Summed in sorted order, not a set's (string-hash) order,
-        so every process gets the same float."""
+        draft-model level forwards the nodes above it (root first), or with the engine's
+        `draft_cache` only the distinct parents it expands, and proposes for those parents.
+        Summed in sorted order, not a set's (string-hash) order, so every process gets the same
+        float."""
         parents: dict[tuple[int, str], set[int]] = {}
         for v in range(1, tree.size):
             parents.setdefault((int(tree.depths[v]), tree.sources[v]), set()).add(
                 int(tree.parents[v]))
         above = np.cumsum(np.bincount(tree.depths, minlength=tree.depth + 1))
-        return sum(self.level_s(source, int(above[depth - 1]), len(parents[depth, source]))
+        return sum(self.level_s(source, len(parents[depth, source]) if self.draft_cache
+                                else int(above[depth - 1]), len(parents[depth, source]))
                    for depth, source in sorted(parents))
 
 

@@ -215,10 +215,11 @@ class _Shape:
     speculates: bool
 
 
-def speculation_shape(spec: Speculation, source: str) -> _Shape:
+def speculation_shape(spec: Speculation, source: str, draft_cache: bool = False) -> _Shape:
     """The draft levels of `spec` as `Pricing.draft_s` counts them (module docstring): one per
-    (depth, source) of its drafted nodes up to `draft_levels`, then levels of `source` past the
-    tree's depth, each forwarding the whole tree."""
+    (depth, source) of its drafted nodes up to `draft_levels` (forwarding the nodes above, or
+    with a `draft_cache` the parents it expands), then levels of `source` past the tree's
+    depth, each forwarding the whole tree (or with a cache the tree's deepest nodes)."""
     tree = spec.tree
     depths = tree.depths
     above = np.cumsum(np.bincount(depths, minlength=tree.depth + 1))
@@ -226,8 +227,10 @@ def speculation_shape(spec: Speculation, source: str) -> _Shape:
     for v in range(1, tree.size):
         if depths[v] <= spec.draft_levels:
             parents.setdefault((int(depths[v]), tree.sources[v]), set()).add(int(tree.parents[v]))
-    levels = [((d, s), int(above[d - 1]), len(parents[d, s])) for d, s in sorted(parents)]
-    levels += [((d, source), tree.size, 1) for d in range(tree.depth + 1, spec.draft_levels + 1)]
+    levels = [((d, s), len(parents[d, s]) if draft_cache else int(above[d - 1]),
+               len(parents[d, s])) for d, s in sorted(parents)]
+    past = int(np.sum(depths == tree.depth)) if draft_cache else tree.size
+    levels += [((d, source), past, 1) for d in range(tree.depth + 1, spec.draft_levels + 1)]
     return _Shape(tree.size, tuple(levels), tree.size > 1 or spec.draft_levels > 0)
 
 
@@ -248,6 +251,7 @@ class BatchPricer:
         self._drafter = None if drafter is None else _Forwards(drafter)
         self._shapes: dict[tuple[int, int], tuple[Tree, _Shape]] = {}
         self._host = host_terms(target, drafter, temperature, engine)
+        self._draft_cache = engine is not None and engine.draft_cache
 
     def shape(self, spec: Speculation) -> _Shape:
         """The (cached) `speculation_shape` of `spec`."""
@@ -257,7 +261,7 @@ class BatchPricer:
             return hit[1]
         if len(self._shapes) > 4096:
             self._shapes.clear()
-        shape = speculation_shape(spec, self.source)
+        shape = speculation_shape(spec, self.source, self._draft_cache)
         self._shapes[key] = (spec.tree, shape)
         return shape
 
