@@ -134,6 +134,9 @@ def test_a_chain_only_engine_refuses_a_branching_tree() -> None:
     ('draft_cache = "yes"', 'loop = "x"\n', "draft_cache must be true or false"),
     ('draft_cache = true', '', "says nothing of 'draft_cache'"),
     ('[loop]\nbatched_step = 1', 'loop = "x"\n', "batched_step must be true or false"),
+    ('[scheduler]\nmax_batch = 0', 'loop = "x"\nmax_batch = "x"\n', "max_batch must be a whole"),
+    ('[scheduler]\nmax_batch = 64', '', "says nothing of 'max_batch'"),
+    ('[scheduler]\nqueue = 3', 'loop = "x"\n', "takes max_batch only"),
 ])
 def test_a_bad_engine_file_is_one_clear_error(tmp_path: Path, body: str, sources: str,
                                               message: str) -> None:

@@ -191,3 +191,17 @@ def test_a_generic_tree_is_drafted_by_the_rasd_source(
                           "--trace", str(files["rasd"]), "--source", "rasd", "--json")
     assert code == 0, err
     assert json.loads(out)["source"] == "rasd:llama-68m"
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ((), 32),                                   # specscope's own default
+    (("--engine", "vllm"), 256),                # vLLM's max_num_seqs
+    (("--engine", "vllm", "--max-batch", "8"), 8),  # as given
+])
+def test_the_batch_limit_is_the_engines_schedulers_unless_given(
+        capsys: pytest.CaptureFixture[str], files: dict[str, Path], extra: tuple,
+        expected: int) -> None:
+    code, out, err = _cli(capsys, *BASE, "--policy", "none", "--json", *extra)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["max_batch"] == expected and summary["peak_batch"] <= expected

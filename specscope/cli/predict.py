@@ -19,7 +19,6 @@ from specscope.cli.common import (
     Force,
     Hw,
     Images,
-    MaxBatch,
     MetricsOutput,
     Offload,
     PolicyBudget,
@@ -341,7 +340,9 @@ def simulate(
     offload: Offload = 0.0,
     tp: TensorParallel = 1,
     weight_bits: WeightBits = None,
-    max_batch: MaxBatch = 32,
+    max_batch: Annotated[int | None, typer.Option(
+        min=1, help="Sequences per step (default: the engine's scheduler's, vLLM's 256; "
+                    "else 32).")] = None,
     token_budget: TokenBudget = 8192,
     chunked_prefill: ChunkedPrefill = None,
     replicas: Annotated[int, typer.Option(min=1, help="Replicas behind the router.")] = 1,

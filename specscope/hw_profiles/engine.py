@@ -66,7 +66,9 @@ class Engine:
     sequences (`LoopCosts.step_per_row` false), not once per speculating sequence;
     draft_cache: the draft keeps its drafted levels in its KV cache, so a level forwards only
     the nodes it expands (specscope's executor forwards each level's nodes with their
-    ancestors after the committed prefix).
+    ancestors after the committed prefix); max_batch (`[scheduler] max_batch`): the sequences
+    its scheduler runs in one step by default (vLLM's `max_num_seqs`), which `simulate`
+    serves at when no --max-batch is given (None: the simulator's own default).
     """
 
     name: str
@@ -86,6 +88,7 @@ class Engine:
     sources: dict[str, str]
     batched_step: bool = False
     draft_cache: bool = False
+    max_batch: int | None = None
 
     def loop_costs(self, hw: HardwareProfile) -> LoopCosts:
         """This engine's loop priced on box `hw` (module docstring): the loop profile-hw
@@ -199,6 +202,13 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     device = _number(data.get("device_layer_ratio", 1.0), "device_layer_ratio", where)
     if device <= 0:
         raise InputError(f"{where}: device_layer_ratio must be positive")
+    scheduler = data.get("scheduler", {})
+    if not isinstance(scheduler, dict) or set(scheduler) - {"max_batch"}:
+        raise InputError(f"{where}: [scheduler] takes max_batch only")
+    max_batch = scheduler.get("max_batch")
+    if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int)
+                                  or max_batch < 1):
+        raise InputError(f"{where}: [scheduler] max_batch must be a whole number ≥ 1")
     sources = data.get("sources", {})
     if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
         raise InputError(f"{where}: [sources] must map keys to strings")
@@ -207,6 +217,7 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     needed += ["host_layer_ratio"] if ratio != 1.0 else []
     needed += ["device_layer_ratio"] if device != 1.0 else []
     needed += ["draft_cache"] if draft_cache else []
+    needed += ["max_batch"] if max_batch is not None else []
     unsourced = [k for k in needed if k not in sources and (k == "loop" or "loop" not in sources)]
     if unsourced:
         raise InputError(f"{where}: [sources] says nothing of {unsourced[0]!r} (a source, or "
@@ -219,7 +230,7 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                   loop_from_profile=from_profile, uncarried=uncarried,
                   reference_layer_s=reference * 1e-6, host_layer_ratio=ratio,
                   device_layer_ratio=device, sources=dict(sources), batched_step=batched_step,
-                  draft_cache=draft_cache)
+                  draft_cache=draft_cache, max_batch=max_batch)
 
 
 def _terms(value: Any, key: str, where: str) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ import simpy
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
-from specscope.hw_profiles.engine import DEFAULT_ENGINE
+from specscope.hw_profiles.engine import DEFAULT_ENGINE, load_engine
 from specscope.hw_profiles.pricing import for_engine, kv_capacity
 from specscope.limits import check_memory
 from specscope.models import ModelSpec, get_model, list_models
@@ -45,6 +45,8 @@ from specscope.trace import AcceptanceModel, Trace, draft_model, drafting
 from specscope.tree import DEFAULT_SOURCE, Tree, TreeFile, read_tree_file
 
 PLACEMENTS = ("colocated", "separate")
+MAX_BATCH = 32
+"""Sequences per step when neither --max-batch nor the engine's scheduler states one."""
 DEFAULT_PROMPT, DEFAULT_OUTPUT = "512", "256"
 """Lengths (tokens) without a trace."""
 SEQUENCE_BYTES = 680
@@ -81,7 +83,8 @@ class SimulateRequest:
     weight_bits: int | None = None
     rate: float = 1.0
     requests: int = 100
-    max_batch: int = 32
+    max_batch: int | None = None
+    """Sequences per step (None: the engine's scheduler default, else `MAX_BATCH`)."""
     token_budget: int = 8192
     chunked_prefill: int | None = None
     replicas: int = 1
@@ -133,6 +136,7 @@ def run_simulation(req: SimulateRequest,
                    progress: Callable[[int, int], None] | None = None) -> SimulationResult:
     """Check `req`, simulate it, and measure it; `progress(done, total)` after each finished
     arrival."""
+    req = _with_max_batch(req)
     _check(req)
     profile = load_profile(req.hw)
     spec = get_model(req.target) if isinstance(req.target, str) else req.target
@@ -242,6 +246,15 @@ def plain_comparison(speculative: Mapping[str, Any], plain: Mapping[str, Any]
             "verdict": (f"{speculative['policy']} finishes requests {latency:.2f}× as fast as "
                         f"plain decoding at {throughput:.2f}× its throughput"
                         + ("" if pays else "; plain decoding is the better choice here"))}
+
+
+def _with_max_batch(req: SimulateRequest) -> SimulateRequest:
+    """`req` with its batch limit resolved: as given, else the engine's scheduler default
+    (vLLM's `max_num_seqs`), else `MAX_BATCH`."""
+    if req.max_batch is not None:
+        return req
+    stated = None if req.engine is None else load_engine(req.engine).max_batch
+    return dataclasses.replace(req, max_batch=stated or MAX_BATCH)
 
 
 def _check(req: SimulateRequest) -> None:
