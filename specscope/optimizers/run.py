@@ -216,7 +216,7 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         verified = cost_model(get_model(target), req.offload, tp=req.tp, stages=req.stages)
         drafts = None if priced is None else cost_model(priced, tp=req.draft_tp)
     else:
-        verified, drafts, source, drafter = _as_deployed(req, source, target)
+        verified, drafts, source, drafter = _as_deployed(req, source)
     pricing = for_engine(
         req.engine, verified, drafts, int(context), req.batch,
         temperature=0.0 if trace is None else trace.temperature, draft_window=req.draft_window,
@@ -231,7 +231,7 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
                           engine=req.engine, batch=req.batch, system=req.system, setup=setup)
 
 
-def _as_deployed(req: OptimizeRequest, source: str, target: str
+def _as_deployed(req: OptimizeRequest, source: str
                  ) -> tuple[CostModel, CostModel | None, str, str]:
     """(target, drafter, source, drafter name) as `req.system` deploys them: a system that
     drafts with a model prices the acceptance's source as that model's levels (a given vector
@@ -245,9 +245,6 @@ def _as_deployed(req: OptimizeRequest, source: str, target: str
     if restated:
         raise InputError(f"{restated[0]} restates the plain target or draft; --system "
                          f"{req.system} deploys its own (its keys: --system-options)")
-    if deployed.target.model.name != target:
-        raise InputError(f"--system {req.system} deployed {deployed.target.model.name}, "
-                         f"the acceptance is of {target}; pass --target")
     if deployed.drafter is None:
         return deployed.target, None, deployed.source, deployed.source
     if source in MODEL_FREE_SOURCES:
