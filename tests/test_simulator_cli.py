@@ -196,6 +196,7 @@ def test_a_generic_tree_is_drafted_by_the_rasd_source(
 @pytest.mark.parametrize(("extra", "expected"), [
     ((), 32),                                   # specscope's own default
     (("--engine", "vllm"), 256),                # vLLM's max_num_seqs
+    (("--engine", "sglang"), 2048),             # SGLang's request pool: the KV cache binds
     (("--engine", "vllm", "--max-batch", "8"), 8),  # as given
 ])
 def test_the_batch_limit_is_the_engines_schedulers_unless_given(
