@@ -125,14 +125,15 @@ loop's per-accepted-token bookkeeping and a timed prefill's share per token, bot
 the step, so the rounds converge at once."""
 
 
-def timed(case: Case) -> Prediction:
+def timed(case: Case, prefill: tuple[float, float] | None = None) -> Prediction:
     """The system's prediction of `case`, with the batch's prefill when its source timed whole
-    requests (`timed_prefill`)."""
+    requests (`timed_prefill`): `prefill` where already priced (it does not depend on τ), else
+    the system's `prefill_s`."""
     system = SYSTEMS[case.system]
     prediction = system.predict(case)
     if not case.timed_prefill:
         return prediction
-    return with_prefill(prediction, case, *system.prefill_s(case))
+    return with_prefill(prediction, case, *(prefill or system.prefill_s(case)))
 
 
 def anchored(case: Case) -> Case:
@@ -141,8 +142,9 @@ def anchored(case: Case) -> Case:
     if case.anchor_speedup is None:
         return case
     one = dataclasses.replace(case, batch=1, tau_includes_bonus=True)
+    prefill = SYSTEMS[case.system].prefill_s(one) if case.timed_prefill else None
     for _ in range(ANCHOR_ROUNDS):
-        p = timed(one)
+        p = timed(one, prefill)
         one = dataclasses.replace(one, tau=max(1.0, case.anchor_speedup * p.step_s
                                                 / p.baseline_s))
     return dataclasses.replace(case, tau=one.tau, tau_includes_bonus=True)
