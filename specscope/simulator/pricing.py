@@ -172,7 +172,8 @@ class HostTerms:
     server's own work per step, per sequence that does not speculate and per sequence sharing a
     batched draft level (`LoopCosts`). `bookkeeping` is paid per speculating sequence,
     `batched_bookkeeping` once per step that speculates (an engine whose step runs over the
-    whole batch: `LoopCosts.step_per_row` false)."""
+    whole batch: `LoopCosts.step_per_row` false); `draft_cache`: the engine's draft levels
+    forward only the nodes they expand (`Pricing.draft_cache`)."""
 
     level: float
     verify: float
@@ -187,6 +188,7 @@ class HostTerms:
     choose_step: float = 0.0
     choose_row: float = 0.0
     shared_row: float = 0.0
+    draft_cache: bool = False
 
 
 def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0,
@@ -202,7 +204,7 @@ def host_terms(target: CostModel, drafter: CostModel | None, temperature: float 
                      ref.level_s, 0.0 if per_row else ref.loop.step, node,
                      ref.loop.serve_step, ref.loop.serve_row, ref.loop.pads_context,
                      ref.loop.level_per_row, ref.loop.choose_step, ref.loop.choose_row,
-                     ref.loop.shared_row)
+                     ref.loop.shared_row, ref.draft_cache)
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,6 @@ class BatchPricer:
         self._drafter = None if drafter is None else _Forwards(drafter)
         self._shapes: dict[tuple[int, int], tuple[Tree, _Shape]] = {}
         self._host = host_terms(target, drafter, temperature, engine)
-        self._draft_cache = engine is not None and engine.draft_cache
 
     def shape(self, spec: Speculation) -> _Shape:
         """The (cached) `speculation_shape` of `spec`."""
@@ -261,7 +262,7 @@ class BatchPricer:
             return hit[1]
         if len(self._shapes) > 4096:
             self._shapes.clear()
-        shape = speculation_shape(spec, self.source, self._draft_cache)
+        shape = speculation_shape(spec, self.source, self._host.draft_cache)
         self._shapes[key] = (spec.tree, shape)
         return shape
 
