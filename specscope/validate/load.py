@@ -221,11 +221,15 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
     }
 
 
+def _numeric(runs: list[dict[str, Any]], key: str) -> bool:
+    """Whether every repeat holds a number (not a flag) under `key`."""
+    return all(isinstance(r.get(key), int | float) and not isinstance(r.get(key), bool)
+               for r in runs)
+
+
 def mean_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The repeats of one cell as one summary: each number their mean."""
-    return {key: (float(np.mean([r[key] for r in runs]))
-                  if all(isinstance(r.get(key), int | float) and not isinstance(r.get(key), bool)
-                         for r in runs) else runs[0][key])
+    return {key: float(np.mean([r[key] for r in runs])) if _numeric(runs, key) else runs[0][key]
             for key in runs[0]}
 
 
@@ -233,7 +237,7 @@ def half_range(runs: list[dict[str, Any]]) -> dict[str, float]:
     """Half the range over the repeats of one cell of each compared metric (0 for one run)."""
     keys = [key for key, _ in METRICS.values()]
     return {key: float(np.ptp([r[key] for r in runs])) / 2 for key in keys
-            if all(isinstance(r.get(key), int | float) for r in runs)}
+            if _numeric(runs, key)}
 
 
 def simulate(req: LoadRequest, sizes: LoadSizes, trace: Trace, source: str,
