@@ -99,13 +99,12 @@ def agrees(cells: Sequence[dict[str, Any]], metric: str, at: str) -> bool:
     row = _row(cells, metric, at, "measured")
     if {c["policy"] for c in row} != set(ranking(cells, metric, at, "simulated")):
         return False
-    for i, a in enumerate(row):
-        for b in row[i + 1:]:  # a is measured better than (or as good as) b
-            if _tied(a, b, key):
-                continue
-            sa, sb = a["simulated"][key], b["simulated"][key]
-            if (sa < sb) if higher else (sa > sb):
-                return False
+    for a, b in itertools.combinations(row, 2):  # a is measured better than (or as good as) b
+        if _tied(a, b, key):
+            continue
+        sa, sb = a["simulated"][key], b["simulated"][key]
+        if (sa < sb) if higher else (sa > sb):
+            return False
     return True
 
 
