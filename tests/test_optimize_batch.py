@@ -82,8 +82,10 @@ def test_a_systems_chain_is_priced_as_reproduce_prices_it(cli, tmp_path, batch: 
 
 
 @pytest.mark.parametrize(("extra", "word"), [
-    (("--offload", 0.5), "--offload restates the plain target"),
-    (("--draft-vocab", 32000), "--draft-vocab restates"),
+    (("--offload", 0.5), "--offload 0.5 restates the plain target"),
+    (("--offload", 1), "--offload 1.0 restates the plain target"),
+    (("--tree-attention", "dense"), "--tree-attention dense restates"),
+    (("--draft-vocab", 32000), "--draft-vocab 32000 restates"),
     (("--source", "ngram"), "source ngram is model-free"),
     (("--system-options", "vocab=0"), "vocab = 0 must lie in"),
 ])

@@ -85,8 +85,7 @@ class Deployed:
     source: str
 
 
-SYSTEM_UNSTATED = (("--offload", "offload"), ("--stages", "stages"), ("--draft-tp", "draft_tp"),
-                   ("--draft-vocab", "draft_vocab"))
+SYSTEM_UNSTATED = ("offload", "stages", "draft_tp", "draft_vocab", "tree_attention")
 """Options that restate a plain target or draft model, which a --system deploys itself."""
 
 
@@ -239,11 +238,11 @@ def _as_deployed(req: OptimizeRequest, source: str
     own source's."""
     deployed = req.deployed
     assert deployed is not None
-    restated = [o for o, key in SYSTEM_UNSTATED
-                if getattr(req, key) not in (None, 0.0, 1)]
-    restated += ["--tree-attention dense"] if req.tree_attention != "split" else []
+    default = OptimizeRequest(hw=req.hw)
+    restated = [key for key in SYSTEM_UNSTATED if getattr(req, key) != getattr(default, key)]
     if restated:
-        raise InputError(f"{restated[0]} restates the plain target or draft; --system "
+        option = f"--{restated[0].replace('_', '-')} {getattr(req, restated[0])}"
+        raise InputError(f"{option} restates the plain target or draft; --system "
                          f"{req.system} deploys its own (its keys: --system-options)")
     if deployed.drafter is None:
         return deployed.target, None, deployed.source, deployed.source
