@@ -136,7 +136,10 @@ def test_a_chain_only_engine_refuses_a_branching_tree() -> None:
     ('[loop]\nbatched_step = 1', 'loop = "x"\n', "batched_step must be true or false"),
     ('[scheduler]\nmax_batch = 0', 'loop = "x"\nmax_batch = "x"\n', "max_batch must be a whole"),
     ('[scheduler]\nmax_batch = 64', '', "says nothing of 'max_batch'"),
-    ('[scheduler]\nqueue = 3', 'loop = "x"\n', "takes max_batch only"),
+    ('[scheduler]\nqueue = 3', 'loop = "x"\n', "takes max_batch and max_batch_speculative only"),
+    ('[scheduler]\nmax_batch_speculative = true', 'loop = "x"\nmax_batch_speculative = "x"\n',
+     "max_batch_speculative must be a whole"),
+    ('[scheduler]\nmax_batch_speculative = 48', '', "says nothing of 'max_batch_speculative'"),
 ])
 def test_a_bad_engine_file_is_one_clear_error(tmp_path: Path, body: str, sources: str,
                                               message: str) -> None:

@@ -206,3 +206,17 @@ def test_the_batch_limit_is_the_engines_schedulers_unless_given(
     assert code == 0, err
     summary = json.loads(out)
     assert summary["max_batch"] == expected and summary["peak_batch"] <= expected
+
+
+@pytest.mark.parametrize(("extra", "speculating", "plain"), [
+    (("--engine", "sglang"), 48, 2048),         # SGLang resets running requests to 48
+    (("--engine", "vllm"), 256, 256),           # vLLM states no such reset
+    (("--engine", "sglang", "--max-batch", "64"), 64, 64),  # as given, on both sides
+])
+def test_speculation_batches_at_the_engines_speculative_limit_and_plain_decoding_at_its_own(
+        capsys: pytest.CaptureFixture[str], files: dict[str, Path], extra: tuple,
+        speculating: int, plain: int) -> None:
+    code, out, err = _cli(capsys, *BASE, "--policy", "smartspec", "--json", *extra)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert (summary["max_batch"], summary["plain"]["max_batch"]) == (speculating, plain)

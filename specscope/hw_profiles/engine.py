@@ -43,6 +43,7 @@ DEFAULT_ENGINE = "specscope"
 
 _LOOP_SETTINGS = ("measured_on", "from_profile", "uncarried", "reference_layer_us",
                   "batched_step")
+_SCHEDULER_KEYS = ("max_batch", "max_batch_speculative")
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,10 @@ class Engine:
     the nodes it expands (specscope's executor forwards each level's nodes with their
     ancestors after the committed prefix); max_batch (`[scheduler] max_batch`): the sequences
     its scheduler runs in one step by default (vLLM's `max_num_seqs`), which `simulate`
-    serves at when no --max-batch is given (None: the simulator's own default).
+    serves at when no --max-batch is given (None: the simulator's own default);
+    max_batch_speculative (`[scheduler] max_batch_speculative`): the default in its place when
+    the engine speculates (SGLang resets its running requests to 48 under any speculative
+    algorithm), so plain decoding and speculation of the same arrivals batch differently.
     """
 
     name: str
@@ -89,6 +93,12 @@ class Engine:
     batched_step: bool = False
     draft_cache: bool = False
     max_batch: int | None = None
+    max_batch_speculative: int | None = None
+
+    def default_batch(self, speculating: bool) -> int | None:
+        """The sequences a step runs when none is given: `max_batch_speculative` while
+        speculating (when stated), else `max_batch`."""
+        return (self.max_batch_speculative or self.max_batch) if speculating else self.max_batch
 
     def loop_costs(self, hw: HardwareProfile) -> LoopCosts:
         """This engine's loop priced on box `hw` (module docstring): the loop profile-hw
@@ -203,12 +213,13 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     if device <= 0:
         raise InputError(f"{where}: device_layer_ratio must be positive")
     scheduler = data.get("scheduler", {})
-    if not isinstance(scheduler, dict) or set(scheduler) - {"max_batch"}:
-        raise InputError(f"{where}: [scheduler] takes max_batch only")
-    max_batch = scheduler.get("max_batch")
-    if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int)
-                                  or max_batch < 1):
-        raise InputError(f"{where}: [scheduler] max_batch must be a whole number ≥ 1")
+    if not isinstance(scheduler, dict) or set(scheduler) - set(_SCHEDULER_KEYS):
+        raise InputError(f"{where}: [scheduler] takes {' and '.join(_SCHEDULER_KEYS)} only")
+    limits = {key: scheduler.get(key) for key in _SCHEDULER_KEYS}
+    for key, value in limits.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise InputError(f"{where}: [scheduler] {key} must be a whole number ≥ 1")
     sources = data.get("sources", {})
     if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
         raise InputError(f"{where}: [sources] must map keys to strings")
@@ -217,7 +228,7 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     needed += ["host_layer_ratio"] if ratio != 1.0 else []
     needed += ["device_layer_ratio"] if device != 1.0 else []
     needed += ["draft_cache"] if draft_cache else []
-    needed += ["max_batch"] if max_batch is not None else []
+    needed += [key for key, value in limits.items() if value is not None]
     unsourced = [k for k in needed if k not in sources and (k == "loop" or "loop" not in sources)]
     if unsourced:
         raise InputError(f"{where}: [sources] says nothing of {unsourced[0]!r} (a source, or "
@@ -230,7 +241,7 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                   loop_from_profile=from_profile, uncarried=uncarried,
                   reference_layer_s=reference * 1e-6, host_layer_ratio=ratio,
                   device_layer_ratio=device, sources=dict(sources), batched_step=batched_step,
-                  draft_cache=draft_cache, max_batch=max_batch)
+                  draft_cache=draft_cache, **limits)
 
 
 def _terms(value: Any, key: str, where: str) -> tuple[str, ...]:

@@ -84,7 +84,8 @@ class SimulateRequest:
     rate: float = 1.0
     requests: int = 100
     max_batch: int | None = None
-    """Sequences per step (None: the engine's scheduler default, else `MAX_BATCH`)."""
+    """Sequences per step (None: the engine's scheduler default for this policy, speculating or
+    not, else `MAX_BATCH`)."""
     token_budget: int = 8192
     chunked_prefill: int | None = None
     replicas: int = 1
@@ -136,7 +137,7 @@ def run_simulation(req: SimulateRequest,
                    progress: Callable[[int, int], None] | None = None) -> SimulationResult:
     """Check `req`, simulate it, and measure it; `progress(done, total)` after each finished
     arrival."""
-    req = _with_max_batch(req)
+    asked, req = req, _with_max_batch(req)
     _check(req)
     profile = load_profile(req.hw)
     spec = get_model(req.target) if isinstance(req.target, str) else req.target
@@ -210,14 +211,14 @@ def run_simulation(req: SimulateRequest,
         "replayed_steps": acceptance.replayed, "sampled_steps": acceptance.sampled,
     }
     if req.policy != "none" and req.against_plain:
-        plain = run_simulation(dataclasses.replace(req, policy="none", tree=None, algo=None,
+        plain = run_simulation(dataclasses.replace(asked, policy="none", tree=None, algo=None,
                                                    drift=(), against_plain=False))
         summary["plain"] = plain_comparison(summary, plain.summary)
     return SimulationResult(summary, requests, events, series)
 
 
 PLAIN_KEYS = ("throughput_tok_s", "goodput_tok_s", "mean_ttft_ms", "mean_tpot_ms",
-              "p99_ttft_ms", "mean_latency_s", "p99_latency_s", "mean_batch")
+              "p99_ttft_ms", "mean_latency_s", "p99_latency_s", "mean_batch", "max_batch")
 """What the plain-decoding run reports beside a speculative one."""
 BREAK_EVEN = 0.01
 """Speculation pays when it cuts the mean latency by more than 1% and keeps the throughput
@@ -249,11 +250,13 @@ def plain_comparison(speculative: Mapping[str, Any], plain: Mapping[str, Any]
 
 
 def _with_max_batch(req: SimulateRequest) -> SimulateRequest:
-    """`req` with its batch limit resolved: as given, else the engine's scheduler default
-    (vLLM's `max_num_seqs`), else `MAX_BATCH`."""
+    """`req` with its batch limit resolved: as given, else the engine's scheduler default for
+    the policy (vLLM's `max_num_seqs`; SGLang's 48 running requests while speculating), else
+    `MAX_BATCH`."""
     if req.max_batch is not None:
         return req
-    stated = None if req.engine is None else load_engine(req.engine).max_batch
+    stated = (None if req.engine is None
+              else load_engine(req.engine).default_batch(req.policy != "none"))
     return dataclasses.replace(req, max_batch=stated or MAX_BATCH)
 
 
