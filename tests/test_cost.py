@@ -8,6 +8,7 @@ import pytest
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, MeasuredTable, list_profiles, load_profile
+from specscope.hw_profiles.cost import CUSTOM_MASK_SLOWDOWN
 from specscope.hw_profiles.profile import PROFILE_DIR_ENV, profile_path, with_runtime
 from specscope.models import get_model
 from specscope.profiling.fit import (
@@ -309,6 +310,28 @@ def test_dense_tree_attention_costs_more_at_long_context_only_for_several_tokens
                                                            rel=0.05)
     assert dense.forward_time(1, 1, 8192) == pytest.approx(split.forward_time(1, 1, 8192),
                                                            rel=0.01)
+
+
+def _attention_s(model: CostModel, batch: int, new: int, context: int) -> float:
+    """Device seconds of a forward's attention operators."""
+    ops = [op for op in model.ops(batch, new, context) if op.kind == "attention"]
+    return sum(float(np.sum(model.op_time(op, new, context)[0])) for op in ops)
+
+
+@pytest.mark.parametrize(("batch", "new", "context", "ratio"), [
+    (64, 7, 900, CUSTOM_MASK_SLOWDOWN),  # a tree under FlashInfer's custom mask
+    (1, 22, 4096, CUSTOM_MASK_SLOWDOWN),
+    (64, 1, 900, 1.0),                   # plain decoding: no mask
+    (4, 512, 0, 1.0),                    # a prompt: the causal flash kernel
+])
+def test_masked_attention_is_the_flash_kernels_slowed_by_the_custom_mask(
+        batch: int, new: int, context: int, ratio: float) -> None:
+    split, masked = (cost("qwen3-8b", hw="h100", tree_attention=a) for a in ("split", "masked"))
+    assert _attention_s(masked, batch, new, context) == pytest.approx(
+        ratio * _attention_s(split, batch, new, context), rel=1e-12)
+    others = (masked.forward_time(batch, new, context) - split.forward_time(batch, new, context))
+    assert others == pytest.approx((ratio - 1) * _attention_s(split, batch, new, context),
+                                   rel=1e-9, abs=1e-12)
 
 
 def test_a_gpu_overlaps_host_and_device_and_a_cpu_adds_them():

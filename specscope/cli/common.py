@@ -43,8 +43,9 @@ Offload = Annotated[float, typer.Option(
 TensorParallel = Annotated[int, typer.Option(min=1, help="Tensor-parallel degree of the "
                                                          "target.")]
 TreeAttention = Annotated[str, typer.Option(
-    "--tree-attention", help="split: prefix read once, tree block masked; dense: one mask "
-                             "over prefix and tree."),
+    "--tree-attention", help="split: prefix read once, tree block masked; dense: one "
+                             "additive mask over prefix and tree; masked: one flash kernel "
+                             "under a bit-packed mask over both (FlashInfer's)."),
     Choices("specscope.hw_profiles.cost:TREE_ATTENTION")]
 WeightBits = Annotated[int | None, typer.Option(help="Target weight bits (default: the "
                                                      "model's)."),

@@ -13,9 +13,11 @@ forward as terms that add up to it (what `specscope cost` prints, `report`).
 Verification attention is priced as it runs: `split` reads the committed prefix once without a
 mask and the tree block under its (n, n) mask; `dense` (one (n, prefix + n) additive mask, as
 some engines and the shared H100 rows do) reads the prefix through the masked multi-query kernel
-once n ≥ 2. A forward with context 0 is a prompt (prefill): its GEMMs and attention run at the
-runtime's `prefill_compute_eff`, and a split (flash, causal) prompt skips the masked half of its
-attention.
+once n ≥ 2; `masked` runs prefix and tree through one flash kernel under a bit-packed
+(n, prefix + n) mask, as SGLang's tree verification on FlashInfer does, `CUSTOM_MASK_SLOWDOWN`
+times the unmasked flash kernel's time once n ≥ 2. A forward with context 0 is a prompt
+(prefill): its GEMMs and attention run at the runtime's `prefill_compute_eff`, and a flash
+(split or masked) causal prompt skips the masked half of its attention.
 
 When the profile holds a measured t(n) table for this model, batch, weight bits, tp and runtime,
 measured points win (linear interpolation in n, scaled by the formula's ratio for a different
@@ -49,8 +51,14 @@ from specscope.models.ops import (
 from specscope.models.spec import ModelSpec
 
 Num = float | np.ndarray
-TREE_ATTENTION = ("split", "dense")
+TREE_ATTENTION = ("split", "dense", "masked")
 """How verification attention reads the prefix (see the module docstring)."""
+CUSTOM_MASK_SLOWDOWN = 2.0
+"""A flash attention kernel under a bit-packed custom mask over its time without one:
+flashinfer-ai/flashinfer#724 measured the bit-packed mask kernel "about twice as slow" as the
+causal one, and its maintainer gives the cause (the kernel's reads of the mask are not
+coalesced); with a custom mask FlashInfer also runs its FA2 kernels on Hopper, not FA3
+(flashinfer/utils.py, is_fa3_backend_supported). One measurement, applied at every length."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,8 @@ class CostModel:
     spec's) and `tp`.
 
     `runtime` defaults to the profile's `default_runtime`; `group_size` is the 4-bit quantisation
-    group (one 16-bit scale and zero per group); `tree_attention` is "split" or "dense".
+    group (one 16-bit scale and zero per group); `tree_attention` is "split", "dense" or
+    "masked" (module docstring).
     `act_bits` 8 runs the projections on the integer tensor cores (W8A8, W4A8: the profile's
     int8 peak; 8-bit weights then need no dequantisation, 4-bit ones still unpack at the int4
     rate; the per-token activation quantisation is an elementwise pass, left out).
@@ -196,10 +205,13 @@ class CostModel:
                           r.attn_memory_eff)
             memory = (op.kv_bytes + self._mask_bytes(op, new_tokens, context_len)) / (
                 bandwidth * kv) + op.act_bytes / (bandwidth * r.gemm_memory_eff)
-            if self.tree_attention == "split":  # a flash causal prompt skips the masked half
+            if self.tree_attention != "dense":  # a flash causal prompt skips the masked half
                 flops = np.where(prefill, 0.5 * flops, flops)
             compute = flops / (peak * np.where(prefill, r.prefill_attn_compute_eff,
                                                r.attn_compute_eff))
+            if self.tree_attention == "masked":
+                slowdown = np.where(multi, CUSTOM_MASK_SLOWDOWN, 1.0)
+                memory, compute = memory * slowdown, compute * slowdown
         else:
             memory = np.asarray(op.bytes) / (bandwidth * r.gemm_memory_eff)
             compute = flops / (peak * r.attn_compute_eff)

@@ -30,14 +30,15 @@ from typing import Any
 
 from specscope.errors import InputError
 from specscope.files import read_toml
+from specscope.hw_profiles.cost import TREE_ATTENTION as PRICED_ATTENTION
 from specscope.hw_profiles.loop import LOOP_KEYS, LOOP_TERMS, LoopCosts
 from specscope.hw_profiles.profile import HardwareProfile, load_profile
 from specscope.names import HOST_DRAFTERS, RUNTIMES
 
 ENGINE_DIR = Path(__file__).parent / "data" / "engines"
-TREE_ATTENTION = ("split", "dense", "none")
-"""How an engine verifies a tree: split (flash prefix + masked tree block), a dense additive
-mask over prefix + tree, or none (it verifies chains only)."""
+TREE_ATTENTION = (*PRICED_ATTENTION, "none")
+"""How an engine verifies a tree: as `cost.TREE_ATTENTION` prices it (split, dense or masked),
+or none (it verifies chains only)."""
 DEFAULT_ENGINE = "specscope"
 
 
