@@ -62,20 +62,24 @@ HEAD = ("optimize-tree", "--hw", "h100", "--engine", "sglang", "--system", "head
         "llama-3.1-8b", "--acceptance", "0.7,0.1", "--algo", "chain", "--budget", "4")
 
 
-@pytest.mark.parametrize("batch", [1, 64])
-def test_a_systems_chain_is_priced_as_reproduce_prices_it(cli, tmp_path, batch: int) -> None:
+@pytest.mark.parametrize(("batch", "attention"), [(1, None), (64, None), (64, "masked")])
+def test_a_systems_chain_is_priced_as_reproduce_prices_it(cli, tmp_path, batch: int,
+                                                          attention: str | None) -> None:
     from specscope.systems.reproduce import reproduce
 
-    code, out, err = cli(*HEAD, "--context", 512, "--batch", batch, "--json")
+    stated = () if attention is None else ("--tree-attention", attention)
+    code, out, err = cli(*HEAD, "--context", 512, "--batch", batch, *stated, "--json")
     assert code == 0, err
     doc = json.loads(out)
     row = doc["results"][0]
     assert doc["system"] == "head" and doc["drafter"] == "llama-3.1-8b/head"
+    assert doc["tree_attention"] == (attention or "split")
     case = tmp_path / "head.toml"
     case.write_text('[[case]]\nname = "h"\nsystem = "head"\nhw = "h100"\nengine = "sglang"\n'
                     f'target = "llama-3.1-8b"\ntree = "1,1,1"\nbatch = {batch}\n'
                     f'context = 384\nnew_tokens = 256\ntau = {row["expected_tokens"]}\n'
-                    'published_speedup = 1.0\n')
+                    'published_speedup = 1.0\n'
+                    + ("" if attention is None else f'tree_attention = "{attention}"\n'))
     theirs = reproduce(case)[0].prediction  # SGLang's draft levels run on its KV cache
     assert row["step_time_ms"] == pytest.approx(theirs.step_s * 1e3, rel=1e-9)
     assert row["speedup"] == pytest.approx(theirs.speedup, rel=1e-9)
@@ -84,7 +88,6 @@ def test_a_systems_chain_is_priced_as_reproduce_prices_it(cli, tmp_path, batch: 
 @pytest.mark.parametrize(("extra", "word"), [
     (("--offload", 0.5), "--offload 0.5 restates the plain target"),
     (("--offload", 1), "--offload 1.0 restates the plain target"),
-    (("--tree-attention", "dense"), "--tree-attention dense restates"),
     (("--draft-vocab", 32000), "--draft-vocab 32000 restates"),
     (("--source", "ngram"), "source ngram is model-free"),
     (("--system-options", "vocab=0"), "vocab = 0 must lie in"),

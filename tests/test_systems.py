@@ -357,10 +357,24 @@ def test_cost_prices_a_systems_target_and_drafter(capsys: pytest.CaptureFixture[
     assert code == 0 and json.loads(out)["context_len"] == 64 + 2880
     for extra, message in ((["--images", "1"], "--images needs --system"),
                            (["--system", "warp"], "--system warp: not one of"),
-                           (["--system", "head", "--tree-attention", "dense"],
+                           (["--system", "head", "--offload", "0.5"],
                             "a --system deploys its own")):
         code, out, err = _cli(capsys, "cost", "--hw", "a100", "--model", "llama-2-7b", *extra)
         assert code == 2 and out == "" and message in err
+
+
+@pytest.mark.parametrize("extra", [(), ("--system", "head")])
+def test_cost_prices_the_stated_tree_attention_under_an_engine(
+        capsys: pytest.CaptureFixture[str], extra: tuple[str, ...]) -> None:
+    """--tree-attention overrides the engine's (SGLang's split) rather than being dropped."""
+    steps = {}
+    for attention in ((), ("--tree-attention", "masked")):
+        code, out, err = _cli(capsys, "cost", "--hw", "h100", "--model", "qwen3-8b", "--engine",
+                              "sglang", "--batch", "64", "--new-tokens", "7", "--context",
+                              "900", *extra, *attention, "--json")
+        assert code == 0, err
+        steps[attention] = json.loads(out)["step_time_ms"]
+    assert steps[("--tree-attention", "masked")] > 1.05 * steps[()]
 
 
 def test_a_list_of_system_option_values_is_a_sweep_dimension(tmp_path: Path) -> None:

@@ -42,10 +42,11 @@ Offload = Annotated[float, typer.Option(
                       "offloading)."), Range(0, 1)]
 TensorParallel = Annotated[int, typer.Option(min=1, help="Tensor-parallel degree of the "
                                                          "target.")]
-TreeAttention = Annotated[str, typer.Option(
+TreeAttention = Annotated[str | None, typer.Option(
     "--tree-attention", help="split: prefix read once, tree block masked; dense: one "
                              "additive mask over prefix and tree; masked: one flash kernel "
-                             "under a bit-packed mask over both (FlashInfer's)."),
+                             "under a bit-packed mask over both (FlashInfer's). Default: the "
+                             "--engine's, else split."),
     Choices("specscope.hw_profiles.cost:TREE_ATTENTION")]
 WeightBits = Annotated[int | None, typer.Option(help="Target weight bits (default: the "
                                                      "model's)."),

@@ -70,7 +70,7 @@ def cost(
     runtime: PricedRuntime = None,
     engine: EngineName = None,
     offload: Offload = 0.0,
-    tree_attention: TreeAttention = "split",
+    tree_attention: TreeAttention = None,
     system: SystemName = None,
     system_options: SystemOptions = None,
     draft: Annotated[str | None, typer.Option(help="Draft model of a --system that drafts "
@@ -93,23 +93,26 @@ def cost(
         if draft or images:
             raise InputError(f"{'--draft' if draft else '--images'} needs --system")
         cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
-                       group_size=group_size, runtime=runtime, tree_attention=tree_attention,
-                       offload=offload, stages=stages)
+                       group_size=group_size, runtime=runtime,
+                       tree_attention=tree_attention or "split", offload=offload, stages=stages)
     else:
-        if tree_attention != "split" or group_size != 128 or offload or stages > 1:
-            raise InputError("--tree-attention, --group-size, --offload and --stages price the "
-                             "plain model; a --system deploys its own (split attention, "
-                             "128-weight groups, no offloading, one stage)")
+        if group_size != 128 or offload or stages > 1:
+            raise InputError("--group-size, --offload and --stages price the plain model; a "
+                             "--system deploys its own (128-weight groups, no offloading, one "
+                             "stage)")
         deployed = deploy(system, hw, model, draft=draft, weight_bits=weight_bits, tp=tp,
                           runtime=runtime, images=images, options=options)
         cm, drafter = deployed.target, deployed.drafter
+        if tree_attention is not None:
+            cm = cm.under(tree_attention=tree_attention)
+            drafter = None if drafter is None else drafter.under(tree_attention=tree_attention)
         context += deployed.prompt_tokens
     if engine is not None:
         from specscope.hw_profiles.pricing import for_engine
 
-        priced = for_engine(engine, cm, drafter, context, batch, runtime=runtime)
+        priced = for_engine(engine, cm, drafter, context, batch, runtime=runtime,
+                            tree_attention=tree_attention)
         cm, drafter = priced.target, priced.drafter
-        tree_attention = cm.tree_attention
     report = cm.report(batch, new_tokens, context)
     if engine is not None:
         report["engine"] = engine
@@ -121,7 +124,7 @@ def cost(
         _emit(report, True, None)
         return
     console.print(cost_table(report, f"{model} on {hw} ({report['runtime']}, "
-                                     f"{tree_attention} attention): batch {batch}, "
+                                     f"{cm.tree_attention} attention): batch {batch}, "
                                      f"{new_tokens} new tokens, context {context}"))
     console.print(f"step time {report['step_time_ms']:.3f} ms ({report['source']}, "
                   f"{report['bound']}-bound); "
@@ -192,7 +195,7 @@ def optimize_tree(
     runtime: PricedRuntime = None,
     engine: EngineName = None,
     offload: Offload = 0.0,
-    tree_attention: TreeAttention = "split",
+    tree_attention: TreeAttention = None,
     system: SystemName = None,
     system_options: SystemOptions = None,
     export: Annotated[str | None, typer.Option(

@@ -59,7 +59,9 @@ class OptimizeRequest:
     context: int | None = None
     options: MethodOptions = field(default_factory=MethodOptions)
     runtime: str | None = None
-    tree_attention: str = "split"
+    tree_attention: str | None = None
+    """How verification attention runs (`cost.TREE_ATTENTION`; None: the engine's, else
+    split)."""
     engine: str | None = None
     offload: float = 0.0
     tp: int = 1
@@ -85,7 +87,7 @@ class Deployed:
     source: str
 
 
-SYSTEM_UNSTATED = ("offload", "stages", "draft_tp", "draft_vocab", "tree_attention")
+SYSTEM_UNSTATED = ("offload", "stages", "draft_tp", "draft_vocab")
 """Options that restate a plain target or draft model, which a --system deploys itself."""
 
 
@@ -208,8 +210,9 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
 
     def cost_model(spec: ModelSpec, offload: float = 0.0, tp: int = 1, stages: int = 1
                    ) -> CostModel:
-        return CostModel(profile, spec, runtime=req.runtime, tree_attention=req.tree_attention,
-                         offload=offload, tp=tp, stages=stages)
+        return CostModel(profile, spec, runtime=req.runtime,
+                         tree_attention=req.tree_attention or "split", offload=offload, tp=tp,
+                         stages=stages)
 
     if req.deployed is None:
         verified = cost_model(get_model(target), req.offload, tp=req.tp, stages=req.stages)
@@ -218,6 +221,7 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         verified, drafts, source, drafter = _as_deployed(req, source)
     pricing = for_engine(
         req.engine, verified, drafts, int(context), req.batch,
+        tree_attention=req.tree_attention if req.engine else None,
         temperature=0.0 if trace is None else trace.temperature, draft_window=req.draft_window,
     )
     pricing.check_fits(int(context) + max([*(req.budgets or ()), req.budget or 0]),
@@ -244,14 +248,18 @@ def _as_deployed(req: OptimizeRequest, source: str
         option = f"--{restated[0].replace('_', '-')} {getattr(req, restated[0])}"
         raise InputError(f"{option} restates the plain target or draft; --system "
                          f"{req.system} deploys its own (its keys: --system-options)")
-    if deployed.drafter is None:
-        return deployed.target, None, deployed.source, deployed.source
+    target, drafter = deployed.target, deployed.drafter
+    if req.tree_attention is not None:
+        target = target.under(tree_attention=req.tree_attention)
+        drafter = None if drafter is None else drafter.under(tree_attention=req.tree_attention)
+    if drafter is None:
+        return target, None, deployed.source, deployed.source
     if source in MODEL_FREE_SOURCES:
         raise InputError(f"--system {req.system} drafts with a model; the acceptance's source "
                          f"{source} is model-free")
     if req.trace_path is None:  # a given vector: the trees are the system's drafter's
         source = deployed.source
-    return deployed.target, deployed.drafter, source, deployed.drafter.model.name
+    return target, drafter, source, drafter.model.name
 
 
 def _draft_as_stated(spec: ModelSpec | None, req: OptimizeRequest) -> ModelSpec | None:

@@ -93,7 +93,8 @@ def choose_at_rate(req: OptimizeRequest, rate: float, requests: int, seed: int =
     unstated = [o for o, v in (("--draft-window", req.draft_window),
                                ("--draft-vocab", req.draft_vocab),
                                ("--draft-tp", req.draft_tp > 1), ("--stages", req.stages > 1),
-                               ("--batch", req.batch > 1)) if v]
+                               ("--batch", req.batch > 1),
+                               ("--tree-attention", req.tree_attention is not None)) if v]
     if unstated:
         raise InputError(f"--rate simulates serving, which does not price {unstated[0]}; "
                          "price it at a fixed --batch instead")
