@@ -112,6 +112,25 @@ def test_the_engines_runtimes_tree_attention_and_model_code_apply() -> None:
         priced.autoregressive_s + load_engine("hf-eager").loop_costs(target.hw).baseline_token)
 
 
+def test_a_serving_engine_computes_a_prompts_logits_at_its_last_position_only() -> None:
+    """vLLM's prompt forward runs the lm_head on one token per sequence; decoding and
+    verification keep every position's logits."""
+    target, draft = _models("h100")
+    priced = for_engine("vllm", target, draft, 512, batch=8)
+    plain = priced.target.under(prompt_logits="all")
+    assert priced.target.prompt_logits == "last" and priced.drafter.prompt_logits == "last"
+    assert priced.baseline.prompt_logits == "last"
+
+    def head(model, new: int, context: int) -> float:
+        return next(op for op in model.ops(8, new, context) if op.op == "lm_head").tokens
+
+    assert head(priced.target, 512, 0) == 8 and head(plain, 512, 0) == 8 * 512
+    assert head(priced.target, 5, 512) == head(plain, 5, 512) == 8 * 5
+    assert priced.target.forward_time(8, 512, 0) < plain.forward_time(8, 512, 0)
+    assert priced.target.forward_time(8, 5, 512) == pytest.approx(plain.forward_time(8, 5, 512))
+    assert for_engine("research-hf", target, draft, 512).target.prompt_logits == "all"
+
+
 def test_a_chain_only_engine_refuses_a_branching_tree() -> None:
     target, draft = _models("a100")
     priced = for_engine("hf-eager", target, draft, 512)
@@ -137,6 +156,8 @@ def test_a_chain_only_engine_refuses_a_branching_tree() -> None:
     ('[scheduler]\nmax_batch = 0', 'loop = "x"\nmax_batch = "x"\n', "max_batch must be a whole"),
     ('[scheduler]\nmax_batch = 64', '', "says nothing of 'max_batch'"),
     ('[scheduler]\nqueue = 3', 'loop = "x"\n', "takes max_batch and max_batch_speculative only"),
+    ('prompt_logits = "first"', 'loop = "x"\n', "prompt_logits must be one of all, last"),
+    ('prompt_logits = "last"', '', "says nothing of 'prompt_logits'"),
     ('[scheduler]\nmax_batch_speculative = true', 'loop = "x"\nmax_batch_speculative = "x"\n',
      "max_batch_speculative must be a whole"),
     ('[scheduler]\nmax_batch_speculative = 48', '', "says nothing of 'max_batch_speculative'"),

@@ -39,6 +39,7 @@ from specscope.hw_profiles.profile import HardwareProfile
 from specscope.hw_profiles.runtime import RuntimeParams
 from specscope.models.ops import (
     ACT_BYTES,
+    PROMPT_LOGITS,
     SSM_VERIFY,
     OpCost,
     bytes_per_weight,
@@ -96,6 +97,8 @@ class CostModel:
     int8 peak; 8-bit weights then need no dequantisation, 4-bit ones still unpack at the int4
     rate; the per-token activation quantisation is an elementwise pass, left out).
     `quant_lm_head` False keeps the lm_head at 16 bits (GPTQ/Marlin checkpoints).
+    `prompt_logits` "last" computes a prompt's logits at each sequence's last position only, as
+    serving engines do (`specscope.models.ops.PROMPT_LOGITS`).
     `stages` splits the layers over that many devices in sequence (pipeline placement, as
     `device_map` places a model too big for one): a forward runs the stages one after another
     (the bubble: no overlap, at any batch) and hands the hidden states over the interconnect
@@ -111,12 +114,16 @@ class CostModel:
                  tp: int = 1, group_size: int = 128, runtime: str | None = None,
                  tree_attention: str = "split", act_bits: int = 16,
                  quant_lm_head: bool = True, offload: float = 0.0,
-                 offload_overlap: bool = True, stages: int = 1) -> None:
+                 offload_overlap: bool = True, stages: int = 1,
+                 prompt_logits: str = "all") -> None:
         bits = model.weight_bits if weight_bits is None else weight_bits
         if not 1 <= stages <= model.n_layers:
             raise InputError(f"--stages {stages}: must lie in 1..{model.n_layers} (the layers of "
                              f"{model.name})")
         bytes_per_weight(bits, group_size)
+        if prompt_logits not in PROMPT_LOGITS:
+            raise InputError(f"prompt logits {prompt_logits!r} is not one of "
+                             f"{', '.join(PROMPT_LOGITS)}")
         if act_bits not in (16, 8):
             raise InputError(f"activation bits {act_bits} must be 16 or 8")
         if act_bits == 8 and hw.peak_flops.get("int8", 0.0) <= 0:
@@ -139,6 +146,7 @@ class CostModel:
         self.weight_bits, self.tp, self.group_size = bits, tp, group_size
         self.tree_attention = tree_attention
         self.act_bits, self.quant_lm_head = act_bits, quant_lm_head
+        self.prompt_logits = prompt_logits
 
     def variant(self, cls: type[CostModel], **extra: Any) -> CostModel:
         """This model, hardware, precision, tp, runtime and attention as a `cls` (a
@@ -147,19 +155,23 @@ class CostModel:
                    group_size=self.group_size, runtime=self.runtime.name,
                    tree_attention=self.tree_attention, act_bits=self.act_bits,
                    quant_lm_head=self.quant_lm_head, offload=self.offload,
-                   offload_overlap=self.offload_overlap, stages=self.stages, **extra)
+                   offload_overlap=self.offload_overlap, stages=self.stages,
+                   prompt_logits=self.prompt_logits, **extra)
 
     def under(self, runtime: str | None = None, tree_attention: str | None = None,
-              host_layer_ratio: float = 1.0, device_layer_ratio: float = 1.0) -> CostModel:
-        """This cost model (its class and extras kept) under another runtime and tree attention
-        (None keeps each), its host issue time per layer × `host_layer_ratio` and its device's
-        fixed time per layer × `device_layer_ratio` (an engine's model code and kernels against
-        the Transformer the runtime was fitted on); itself when nothing changes."""
+              host_layer_ratio: float = 1.0, device_layer_ratio: float = 1.0,
+              prompt_logits: str | None = None) -> CostModel:
+        """This cost model (its class and extras kept) under another runtime, tree attention
+        and prompt logits (None keeps each), its host issue time per layer × `host_layer_ratio`
+        and its device's fixed time per layer × `device_layer_ratio` (an engine's model code and
+        kernels against the Transformer the runtime was fitted on); itself when nothing
+        changes."""
         if tree_attention is not None and tree_attention not in TREE_ATTENTION:
             raise InputError(f"tree attention must be one of {', '.join(TREE_ATTENTION)}, "
                              f"got {tree_attention!r}")
         if (runtime in (None, self.runtime.name) and host_layer_ratio == 1.0
-                and device_layer_ratio == 1.0 and tree_attention in (None, self.tree_attention)):
+                and device_layer_ratio == 1.0 and tree_attention in (None, self.tree_attention)
+                and prompt_logits in (None, self.prompt_logits)):
             return self
         clone = copy.copy(self)
         if runtime is not None:
@@ -174,6 +186,8 @@ class CostModel:
                 clone.runtime, layer_s=clone.runtime.layer_s * device_layer_ratio)
         if tree_attention is not None:
             clone.tree_attention = tree_attention
+        if prompt_logits is not None:
+            clone.prompt_logits = prompt_logits
         return clone
 
     def ops(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any) -> list[OpCost]:
@@ -181,7 +195,8 @@ class CostModel:
         return forward_ops(self.model, batch, new_tokens, context_len,
                            weight_bits=self.weight_bits, group_size=self.group_size, tp=self.tp,
                            shard_lm_head=self.hw.shard_lm_head,
-                           quant_lm_head=self.quant_lm_head, **ssm)
+                           quant_lm_head=self.quant_lm_head, prompt_logits=self.prompt_logits,
+                           **ssm)
 
     def op_time(self, op: OpCost, new_tokens: Num, context_len: Num
                 ) -> tuple[np.ndarray, np.ndarray]:

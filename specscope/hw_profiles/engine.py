@@ -33,6 +33,7 @@ from specscope.files import read_toml
 from specscope.hw_profiles.cost import TREE_ATTENTION as PRICED_ATTENTION
 from specscope.hw_profiles.loop import LOOP_KEYS, LOOP_TERMS, LoopCosts
 from specscope.hw_profiles.profile import HardwareProfile, load_profile
+from specscope.models.ops import PROMPT_LOGITS
 from specscope.names import HOST_DRAFTERS, RUNTIMES
 
 ENGINE_DIR = Path(__file__).parent / "data" / "engines"
@@ -73,7 +74,9 @@ class Engine:
     serves at when no --max-batch is given (None: the simulator's own default);
     max_batch_speculative (`[scheduler] max_batch_speculative`): the default in its place when
     the engine speculates (SGLang resets its running requests to 48 under any speculative
-    algorithm), so plain decoding and speculation of the same arrivals batch differently.
+    algorithm), so plain decoding and speculation of the same arrivals batch differently;
+    prompt_logits: where a prompt's forward computes logits (`ops.PROMPT_LOGITS`; "last": at
+    each sequence's last position, where the engine samples).
     """
 
     name: str
@@ -95,6 +98,7 @@ class Engine:
     draft_cache: bool = False
     max_batch: int | None = None
     max_batch_speculative: int | None = None
+    prompt_logits: str = "all"
 
     def default_batch(self, speculating: bool) -> int | None:
         """The sequences a step runs when none is given: `max_batch_speculative` while
@@ -210,6 +214,9 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     ratio = _number(data.get("host_layer_ratio", 1.0), "host_layer_ratio", where)
     if ratio <= 0:
         raise InputError(f"{where}: host_layer_ratio must be positive")
+    prompt_logits = data.get("prompt_logits", "all")
+    if prompt_logits not in PROMPT_LOGITS:
+        raise InputError(f"{where}: prompt_logits must be one of {', '.join(PROMPT_LOGITS)}")
     device = _number(data.get("device_layer_ratio", 1.0), "device_layer_ratio", where)
     if device <= 0:
         raise InputError(f"{where}: device_layer_ratio must be positive")
@@ -229,6 +236,7 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     needed += ["host_layer_ratio"] if ratio != 1.0 else []
     needed += ["device_layer_ratio"] if device != 1.0 else []
     needed += ["draft_cache"] if draft_cache else []
+    needed += ["prompt_logits"] if prompt_logits != "all" else []
     needed += [key for key, value in limits.items() if value is not None]
     unsourced = [k for k in needed if k not in sources and (k == "loop" or "loop" not in sources)]
     if unsourced:
@@ -242,7 +250,7 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                   loop_from_profile=from_profile, uncarried=uncarried,
                   reference_layer_s=reference * 1e-6, host_layer_ratio=ratio,
                   device_layer_ratio=device, sources=dict(sources), batched_step=batched_step,
-                  draft_cache=draft_cache, **limits)
+                  draft_cache=draft_cache, prompt_logits=prompt_logits, **limits)
 
 
 def _terms(value: Any, key: str, where: str) -> tuple[str, ...]:

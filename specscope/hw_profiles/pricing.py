@@ -246,14 +246,15 @@ def for_engine(engine: str | Engine | None, target: CostModel, drafter: CostMode
     attention = tree_attention or engine.tree_attention
     attention = "split" if attention == "none" else attention
     verified = target.under(runtime or engine.target_runtime, attention, engine.host_layer_ratio,
-                            engine.device_layer_ratio)
+                            engine.device_layer_ratio, engine.prompt_logits)
     if drafter is not None:
         drafter = drafter.under(draft_runtime or engine.draft_runtime or verified.runtime.name,
-                                attention, engine.host_layer_ratio, engine.device_layer_ratio)
+                                attention, engine.host_layer_ratio, engine.device_layer_ratio,
+                                engine.prompt_logits)
     base = load_engine(baseline_engine) if baseline_engine else engine.baseline_engine()
     baseline = target.under((runtime or engine.target_runtime) if base is engine
                             else base.target_runtime, attention, base.host_layer_ratio,
-                            base.device_layer_ratio)
+                            base.device_layer_ratio, base.prompt_logits)
     return Pricing(verified, drafter, context_len, batch, engine=engine, baseline=baseline,
                    baseline_engine=base, **options)
 

@@ -27,6 +27,10 @@ ACT_BYTES = 2
 WEIGHT_BITS = (16, 8, 4)
 SSD_CHUNK = 256
 SSM_VERIFY = ("stree", "naive")
+PROMPT_LOGITS = ("all", "last")
+"""Where a prompt's forward (context 0) computes logits: at every position, as a model's own
+forward does, or at each sequence's last position only, as serving engines do (they sample
+there alone)."""
 
 Num = float | np.ndarray
 
@@ -244,6 +248,7 @@ def forward_ops(
     ssm_verify: str | None = None,
     depth: Num | None = None,
     leaves: Num | None = None,
+    prompt_logits: str = "all",
 ) -> list[OpCost]:
     """The operator table of one forward, per device (see the module docstring).
 
@@ -251,12 +256,15 @@ def forward_ops(
     and Marlin checkpoints do; gpt-fast quantises it). `ssm_verify` None: the new tokens are a
     chain (SSD chunks of 256); "stree": one tree-masked SSD pass over all new tokens; "naive":
     every root-to-leaf path unrolled, `leaves` sequences of `depth` + 1 tokens per batch item,
-    plus one state copy per leaf.
+    plus one state copy per leaf. `prompt_logits` (`PROMPT_LOGITS`): "last" runs a prompt's
+    lm_head on one token per sequence.
     """
     bpw = bytes_per_weight(weight_bits, group_size)
     check_tp(spec, tp)
     if ssm_verify not in (None, *SSM_VERIFY):
         raise InputError(f"ssm_verify {ssm_verify!r} is not one of {list(SSM_VERIFY)}")
+    if prompt_logits not in PROMPT_LOGITS:
+        raise InputError(f"prompt logits {prompt_logits!r} is not one of {list(PROMPT_LOGITS)}")
     quant = weight_bits < 16
     batch, new, context = (np.asarray(x, dtype=float) for x in (batch, new_tokens, context_len))
     n_attn, n_ssm, n_mlp = _n_layers(spec)
@@ -289,9 +297,10 @@ def forward_ops(
             linear_op("mlp_down", n_mlp, tokens, ff, d, bpw, quant, reduce_width=d),
         ]
     vocab = -(-v // tp) if shard_lm_head else v
+    logits = np.where((context == 0) & (prompt_logits == "last"), batch, tokens)
     ops += [
         _norm("final_norm", 1, tokens, d),
-        linear_op("lm_head", 1, tokens, d, vocab, bpw,
+        linear_op("lm_head", 1, logits, d, vocab, bpw,
                 quant and quant_lm_head and not spec.tie_embeddings),
     ]
     return ops
