@@ -39,7 +39,6 @@ from specscope.hw_profiles.profile import HardwareProfile
 from specscope.hw_profiles.runtime import RuntimeParams
 from specscope.models.ops import (
     ACT_BYTES,
-    PROMPT_LOGITS,
     SSM_VERIFY,
     OpCost,
     bytes_per_weight,
@@ -121,9 +120,6 @@ class CostModel:
             raise InputError(f"--stages {stages}: must lie in 1..{model.n_layers} (the layers of "
                              f"{model.name})")
         bytes_per_weight(bits, group_size)
-        if prompt_logits not in PROMPT_LOGITS:
-            raise InputError(f"prompt logits {prompt_logits!r} is not one of "
-                             f"{', '.join(PROMPT_LOGITS)}")
         if act_bits not in (16, 8):
             raise InputError(f"activation bits {act_bits} must be 16 or 8")
         if act_bits == 8 and hw.peak_flops.get("int8", 0.0) <= 0:
@@ -238,7 +234,8 @@ class CostModel:
         small mask is read once per layer from cache, while a prompt's (t, t) mask, larger than
         any on-chip cache at the lengths where it matters, is read again for every head (an
         approximation of the cache's effect). 0 under split attention, whose (n, n) block mask
-        is negligible."""
+        is negligible, and under masked attention, whose bit-packed mask's cost is in
+        `CUSTOM_MASK_SLOWDOWN`."""
         if self.tree_attention != "dense":
             return 0.0
         new = np.asarray(new_tokens, dtype=float)
