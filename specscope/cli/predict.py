@@ -344,8 +344,9 @@ def simulate(
     tp: TensorParallel = 1,
     weight_bits: WeightBits = None,
     max_batch: Annotated[int | None, typer.Option(
-        min=1, help="Sequences per step (default: the engine's scheduler's, vLLM's 256, "
-                    "SGLang's 2048; else 32).")] = None,
+        min=1, help="Sequences per step, on both sides of the plain comparison (default: "
+                    "the engine's scheduler's, vLLM's 256, SGLang's 2048 and 48 while "
+                    "speculating; else 32).")] = None,
     token_budget: TokenBudget = 8192,
     chunked_prefill: ChunkedPrefill = None,
     replicas: Annotated[int, typer.Option(min=1, help="Replicas behind the router.")] = 1,
