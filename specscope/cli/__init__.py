@@ -1,10 +1,10 @@
 """The command line: parse options, call the library, print. Bad input → one stderr line, exit 2.
 
-The commands live in `predict` (cost, optimize-tree, simulate, sweep), `measure` (profile-hw,
-validate, generate, collect, trace synth, zoo train), `adapt` (online drafter adaptation),
-`interop` (export, trace import) and `report` (dashboard, demo); `help` makes their help read
-like click's. This module holds the typer apps, registers the commands with an example each,
-and turns errors into one line.
+The commands live in `predict` (cost, optimize-tree, reproduce), `simulate` (simulate, sweep),
+`serve` (serve-bench), `measure` (profile-hw, validate, generate, collect, trace synth, zoo
+train), `adapt` (online drafter adaptation), `interop` (export, trace import) and `report`
+(dashboard, demo); `help` makes their help read like click's. This module holds the typer
+apps, registers the commands with an example each, and turns errors into one line.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from specscope import __version__
-from specscope.cli import adapt, interop, measure, predict, report, serve
+from specscope.cli import adapt, interop, measure, predict, report, serve, simulate
 from specscope.cli.compat import USAGE_ERRORS, NoArgsIsHelpError
 from specscope.cli.help import APP_SETTINGS, Command, example
 from specscope.errors import InputError, InputWarning, first_line
@@ -66,14 +66,14 @@ COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], .
     (app, "optimize-tree", predict.optimize_tree, OPTIMIZE_TREE_EXAMPLE),
     (app, "export", interop.export,
      ("specscope export out/tree.json --engine vllm -o out/vllm.json",)),
-    (app, "simulate", predict.simulate,
+    (app, "simulate", simulate.simulate,
      ("specscope simulate --hw h100 --target llama-3.1-8b --drafter llama-68m \\",
       "    --acceptance 0.6,0.2,0.1 --policy smartspec --rate 8 --requests 500 \\",
       "    --seed 0")),
     (app, "serve-bench", serve.serve_bench,
      ("specscope serve-bench --model tiny-code --drafter ngram --policy dyspec \\",
       "    --rate 4 --requests 16 --output-len 32 --max-batch 4 --device cpu")),
-    (app, "sweep", predict.sweep, ("specscope sweep examples/sweep.toml -o out/sweep.parquet",)),
+    (app, "sweep", simulate.sweep, ("specscope sweep examples/sweep.toml -o out/sweep.parquet",)),
     (app, "reproduce", predict.reproduce, ("specscope reproduce examples/papers --json",)),
     (app, "dashboard", report.dashboard,
      ("specscope dashboard out/demo -o out/demo/report.html",)),

@@ -48,6 +48,12 @@ TreeAttention = Annotated[str | None, typer.Option(
                              "under a bit-packed mask over both (FlashInfer's). Default: the "
                              "--engine's, else split."),
     Choices("specscope.hw_profiles.cost:TREE_ATTENTION")]
+Source = Annotated[str | None, typer.Option(
+    help="Trace source whose acceptance is used, or its kind alone (rasd) when the trace holds "
+         "one (default: the drafter's, else the trace's first draft model).")]
+PricedDrafter = Annotated[str | None, typer.Option(
+    help="Drafter priced: a catalogue draft model, ngram, suffix, recycle, or none (default: "
+         "the source's draft model).")]
 WeightBits = Annotated[int | None, typer.Option(help="Target weight bits (default: the "
                                                      "model's)."),
                        Choices("specscope.models.ops:WEIGHT_BITS")]
