@@ -7,6 +7,7 @@ import pytest
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, list_profiles, load_profile
+from specscope.hw_profiles.cost_report import cost_report
 from specscope.models import get_model
 
 ADDED = ["rtx-3090", "core-ultra", "rtx-4090", "l40", "a100-40gb", "a100-pcie"]
@@ -46,7 +47,7 @@ def test_batch1_forward_of_llama3_8b_is_positive_and_finite(name, runtime):
     for new, context in ((1, 512), (16, 512), (128, 0)):
         t = float(model.forward(1, new, context).time_s)
         assert t > 0 and math.isfinite(t)
-    assert model.report(1, 1, 512)["fits"] is True
+    assert cost_report(model, 1, 1, 512)["fits"] is True
 
 
 def test_rtx3090_decodes_4bit_llama3_8b_faster_than_16bit():

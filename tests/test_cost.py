@@ -9,6 +9,7 @@ import pytest
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, MeasuredTable, list_profiles, load_profile
 from specscope.hw_profiles.cost import CUSTOM_MASK_SLOWDOWN
+from specscope.hw_profiles.cost_report import cost_report
 from specscope.hw_profiles.profile import PROFILE_DIR_ENV, profile_path, with_runtime
 from specscope.models import get_model
 from specscope.profiling.fit import (
@@ -60,9 +61,9 @@ def test_cost_model_reproduces_every_gptfast_row_within_10_percent(row):
 def test_llama2_70b_bf16_does_not_fit_one_a100_but_int8_and_tp2_do():
     (oom,) = [r for r in GPTFAST if r.tokens_per_s is None]
     assert (oom.model, oom.weight_bits, oom.tp) == ("llama-2-70b", 16, 1)
-    assert cost("llama-2-70b").report(1, 1, oom.context)["fits"] is False
-    assert cost("llama-2-70b", weight_bits=8).report(1, 1, oom.context)["fits"] is True
-    assert cost("llama-2-70b", tp=2).report(1, 1, oom.context)["fits"] is True
+    assert cost_report(cost("llama-2-70b"), 1, 1, oom.context)["fits"] is False
+    assert cost_report(cost("llama-2-70b", weight_bits=8), 1, 1, oom.context)["fits"] is True
+    assert cost_report(cost("llama-2-70b", tp=2), 1, 1, oom.context)["fits"] is True
 
 
 def test_refitting_reproduces_the_stored_a100_parameters():
@@ -74,8 +75,8 @@ def test_refitting_reproduces_the_stored_a100_parameters():
 
 def test_batch1_decode_is_memory_bound_and_long_forwards_compute_bound():
     model = cost(hw="h100")
-    small = {op["op"]: op["bound"] for op in model.report(1, 1, 512)["operators"]}
-    large = {op["op"]: op["bound"] for op in model.report(1, 768, 512)["operators"]}
+    small = {op["op"]: op["bound"] for op in cost_report(model, 1, 1, 512)["operators"]}
+    large = {op["op"]: op["bound"] for op in cost_report(model, 1, 768, 512)["operators"]}
     for op in ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "lm_head"):
         assert small[op] == "memory" and large[op] == "compute"
 
@@ -107,7 +108,7 @@ def test_dequantisation_erodes_the_4bit_advantage_on_large_trees():
     gain_1 = bf16.forward_time(1, 1, 512) / int4.forward_time(1, 1, 512)
     gain_64 = bf16.forward_time(1, 64, 512) / int4.forward_time(1, 64, 512)
     assert gain_1 > 1.5 and gain_64 < gain_1
-    assert int4.report(1, 64, 512)["dequant_ms"] > int4.report(1, 1, 512)["dequant_ms"]
+    assert cost_report(int4, 1, 64, 512)["dequant_ms"] > cost_report(int4, 1, 1, 512)["dequant_ms"]
 
 
 def test_tensor_parallel_adds_two_ring_all_reduces_per_layer():
@@ -118,8 +119,8 @@ def test_tensor_parallel_adds_two_ring_all_reduces_per_layer():
     model = CostModel(hw, spec, tp=4)
     message = 1 * spec.d_model * 2
     expected = 2 * spec.n_layers * (hw.allreduce_latency_s + 2 * 3 / 4 * message / 300e9)
-    assert model.report(1, 1, 205)["comm_ms"] == pytest.approx(expected * 1e3)
-    assert cost("llama-2-70b", weight_bits=8).report(1, 1, 205)["comm_ms"] == 0
+    assert cost_report(model, 1, 1, 205)["comm_ms"] == pytest.approx(expected * 1e3)
+    assert cost_report(cost("llama-2-70b", weight_bits=8), 1, 1, 205)["comm_ms"] == 0
 
 
 def measured_profile(context=512, tp=1):
@@ -205,7 +206,7 @@ def test_transformer_verification_is_one_forward_over_the_tree():
 
 
 def test_report_lists_operators_memory_and_source():
-    report = cost("llama-3.1-8b", hw="h200").report(4, 16, 1000)
+    report = cost_report(cost("llama-3.1-8b", hw="h200"), 4, 16, 1000)
     assert report["source"] == "roofline" and report["fits"] is True
     assert report["step_time_ms"] == pytest.approx(report["roofline_ms"])
     parts = sum(op["time_ms"] for op in report["operators"])

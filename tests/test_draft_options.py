@@ -10,6 +10,7 @@ import json
 import pytest
 
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.cost_report import cost_report
 from specscope.hw_profiles.pricing import for_engine
 from specscope.models import get_model
 from specscope.optimizers.run import OptimizeRequest, run_optimize
@@ -76,7 +77,7 @@ def test_stages_hold_what_one_device_cannot(cli) -> None:
     hop = two.pipeline_time(1, 1)
     assert 0 < hop < 1e-3
     assert two.forward_time(1, 1, 512) == pytest.approx(one.forward_time(1, 1, 512) + hop)
-    report = two.report(1, 1, 512)
+    report = cost_report(two, 1, 1, 512)
     assert report["fits"] and any(r["term"] == "pipeline" for r in report["step_terms"])
 
 

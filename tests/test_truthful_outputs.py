@@ -18,6 +18,7 @@ from rich.console import Console
 from specscope.cli import main, optimize_tree_main
 from specscope.errors import InputError, InputWarning
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.cost_report import cost_report
 from specscope.hw_profiles.profile import (
     DATA_DIR,
     HELDOUT_ERR_LIMIT,
@@ -67,7 +68,7 @@ def _rendered_rows(report: dict) -> tuple[list[float], float, str]:
 ])
 def test_cost_rows_add_up_to_the_step(hw: str, model: str, runtime: str, extra: dict) -> None:
     cm = CostModel(load_profile(hw), get_model(model), runtime=runtime, **extra)
-    report = cm.report(1, 4, 512)
+    report = cost_report(cm, 1, 4, 512)
     parts = [op["time_ms"] for op in report["operators"]]
     parts += [t["time_ms"] for t in report["step_terms"]]
     assert sum(parts) == pytest.approx(report["step_time_ms"], rel=1e-9)
@@ -80,8 +81,8 @@ def test_cost_rows_add_up_to_the_step(hw: str, model: str, runtime: str, extra: 
 
 def test_an_eager_gpu_step_reads_host_bound_and_a_graph_step_does_not() -> None:
     spec, h100 = get_model("llama-3.1-8b"), load_profile("h100")
-    eager = CostModel(h100, spec, runtime="eager").report(1, 1, 512)
-    graph = CostModel(h100, spec, runtime="graph").report(1, 1, 512)
+    eager = cost_report(CostModel(h100, spec, runtime="eager"), 1, 1, 512)
+    graph = cost_report(CostModel(h100, spec, runtime="graph"), 1, 1, 512)
     host = next(t for t in eager["step_terms"] if t["term"] == "host")
     assert eager["bound"] == "host" and host["bound"] == "host"
     # the host row is what the device's work does not hide: the step is the host's issue time
@@ -90,7 +91,7 @@ def test_an_eager_gpu_step_reads_host_bound_and_a_graph_step_does_not() -> None:
     assert graph["bound"] == "memory"
     assert all(t["term"] != "host" for t in graph["step_terms"])  # hidden under the device
     # on a CPU the thread issues and computes in turn: all of the host time is a row
-    cpu = CostModel(load_profile("cpu-2core"), get_model("llama-68m")).report(1, 1, 512)
+    cpu = cost_report(CostModel(load_profile("cpu-2core"), get_model("llama-68m")), 1, 1, 512)
     host = next(t for t in cpu["step_terms"] if t["term"] == "host")
     assert host["time_ms"] == pytest.approx(cpu["host_ms"])
 
@@ -111,7 +112,7 @@ def test_measured_steps_show_what_the_table_adds_to_the_formula(tmp_path: Path) 
     path.write_text((DATA_DIR / "cpu-2core.toml").read_text() + (
         '\n[[measured]]\nmodel = "llama-68m"\nruntime = "eager"\ncontext = 512\n'
         "new_tokens = [1, 8]\ntime_ms = [40.0, 50.0]\n"))
-    report = CostModel(load_profile(path), get_model("llama-68m")).report(1, 1, 512)
+    report = cost_report(CostModel(load_profile(path), get_model("llama-68m")), 1, 1, 512)
     assert report["source"] == "measured" and report["step_time_ms"] == pytest.approx(40.0)
     measured = report["step_terms"][-1]
     assert measured["term"] == "measured"

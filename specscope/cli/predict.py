@@ -63,6 +63,7 @@ def cost(
     runtime (context 0 prices a prompt of --new-tokens tokens); --system prices the target
     and drafter as that seed system deploys them."""
     from specscope.hw_profiles import CostModel, load_profile
+    from specscope.hw_profiles.cost_report import cost_report
     from specscope.models import get_model
     from specscope.systems.registry import deploy
     from specscope.systems.registry import system_options as parse_system
@@ -94,13 +95,13 @@ def cost(
         priced = for_engine(engine, cm, drafter, context, batch, runtime=runtime,
                             tree_attention=tree_attention)
         cm, drafter = priced.target, priced.drafter
-    report = cm.report(batch, new_tokens, context)
+    report = cost_report(cm, batch, new_tokens, context)
     if engine is not None:
         report["engine"] = engine
         report["baseline_ms_per_token"] = priced.autoregressive_s * 1e3
     if drafter is not None:
         report["system"] = system
-        report["drafter"] = drafter.report(batch, 1, context)
+        report["drafter"] = cost_report(drafter, batch, 1, context)
     if as_json:
         _emit(report, True, None)
         return

@@ -8,7 +8,7 @@ ring all-reduce after every row-parallel projection (latency + 2(k−1)/k × byt
 bandwidth). The host needs its own time to issue the forward (the runtime's `host_*` terms): on a
 GPU the two overlap and the step takes the longer, on a CPU they add; a step of several sequences
 adds each further sequence's host work (`batch_host_time`). `roofline_terms` gives the
-forward as terms that add up to it (what `specscope cost` prints, `report`).
+forward as terms that add up to it (what `specscope cost` prints: `cost_report.py`).
 
 Verification attention is priced as it runs: `split` reads the committed prefix once without a
 mask and the tree block under its (n, n) mask; `dense` (one (n, prefix + n) additive mask, as
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -397,73 +396,6 @@ class CostModel:
         cache = batch * (tokens * kv_bytes_per_token(spec) + ssm_state_bytes(spec))
         return (1.0 - self.offload) * weight_bytes(spec, self.weight_bits, self.group_size) \
             + cache
-
-    def report(self, batch: int, new_tokens: int, context_len: int) -> dict[str, Any]:
-        """A JSON-ready summary of one forward: time (ms), source, what bounds it, per-operator
-        roofline, the terms beyond the operators (`step_terms`: with the operators they add up
-        to the step), memory."""
-        step = self.forward(batch, int(new_tokens), context_len)
-        timed, terms = self.roofline_terms(batch, int(new_tokens), context_len)
-        operators = [{
-            "op": op.op, "count": op.count, "flops": float(op.flops), "bytes": float(op.bytes),
-            "time_ms": float(seconds) * 1e3, "bound": "compute" if compute_bound else "memory",
-        } for op, seconds, compute_bound in timed]
-        extras = {f"{k}_ms": float(v) * 1e3
-                  for k, v in self.extras([op for op, _, _ in timed]).items()}
-        extras["host_ms"] = float(self.host_time(context_len) + self.batch_host_time(batch)) * 1e3
-        if self.offload:
-            extras["offload_stream_ms"] = self.offloaded_bytes / self.hw.host_link_bandwidth * 1e3
-        roofline_ms = float(self.roofline_time(batch, int(new_tokens), context_len)) * 1e3
-        step_ms = float(step.time_s) * 1e3
-        rows = [{"term": key, "what": self._term_label(key), "time_ms": float(value) * 1e3,
-                 "bound": TERM_BOUNDS[key]} for key, value in terms.items() if value > 0]
-        if not math.isclose(step_ms, roofline_ms, rel_tol=1e-9):
-            rows.append({"term": "measured", "what": "measured table − formula",
-                         "time_ms": step_ms - roofline_ms, "bound": "measured"})
-        memory = self.memory_bytes(batch, context_len + int(new_tokens))
-        return {
-            "hw": self.hw.name, "runtime": self.runtime.name,
-            "tree_attention": self.tree_attention, "model": self.model.name,
-            "weight_bits": self.weight_bits,
-            "tp": self.tp, "batch": batch, "new_tokens": int(new_tokens),
-            "context_len": context_len, "step_time_ms": step_ms,
-            "source": str(step.source), "bound": self._bound(operators, terms),
-            "roofline_ms": roofline_ms,
-            **extras, "operators": operators, "step_terms": rows, "memory_gb": memory / 1e9,
-            "stages": self.stages,
-            "device_memory_gb": self.hw.memory_bytes * self.tp * self.stages / 1e9,
-            "fits": memory <= self.hw.memory_bytes * self.tp * self.stages,
-        }
-
-    def _term_label(self, key: str) -> str:
-        """What a term of `roofline_terms` is, in a few words ("not hidden": the part the
-        device's work does not overlap)."""
-        hidden = {"host": self.hw.kind == "gpu", "offload": self.offload_overlap}.get(key)
-        return TERM_LABELS[key] + (" (not hidden)" if hidden else "")
-
-    def _bound(self, operators: list[dict[str, Any]], terms: dict[str, np.ndarray]) -> str:
-        """What bounds the step: the host when a GPU waits on its issue time, the host link
-        when an overlapped weight stream outlasts the device's work, else the largest of the
-        memory-bound and compute-bound operators' times and the other terms."""
-        if self.hw.kind == "gpu" and terms["host"] > 0:
-            return "host"
-        if self.offload_overlap and terms.get("offload", 0.0) > 0:
-            return TERM_BOUNDS["offload"]
-        shares: dict[str, float] = {"memory": 0.0, "compute": 0.0}
-        for op in operators:
-            shares[op["bound"]] += op["time_ms"]
-        for key, value in terms.items():
-            shares[TERM_BOUNDS[key]] = shares.get(TERM_BOUNDS[key], 0.0) + float(value) * 1e3
-        return max(shares, key=lambda k: shares[k])
-
-
-TERM_BOUNDS = {"overhead": "launch", "dequant": "dequant", "comm": "interconnect",
-               "offload": "host link", "host": "host", "pipeline": "interconnect"}
-"""What each term of `CostModel.roofline_terms` beyond the operators is bound by."""
-TERM_LABELS = {"overhead": "device step + layer gaps", "dequant": "dequantisation",
-               "comm": "tp all-reduce", "offload": "offload stream", "host": "host issue",
-               "pipeline": "pipeline stage hand-overs"}
-"""How `specscope cost` names those terms."""
 
 
 def blend(memory: Num, compute: Num, b: float) -> np.ndarray:

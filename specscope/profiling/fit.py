@@ -37,6 +37,7 @@ from scipy.optimize import least_squares
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
 from specscope.hw_profiles.cost import CostModel
+from specscope.hw_profiles.cost_report import cost_report
 from specscope.hw_profiles.profile import (
     DATA_DIR,
     HardwareProfile,
@@ -231,7 +232,7 @@ def error_table(hw: HardwareProfile, rows: list[PublishedRow]) -> list[dict[str,
     for r in rows:
         model = CostModel(hw, get_model(r.model), r.weight_bits, r.tp, r.group_size,
                           runtime="compile")
-        fits = model.report(r.batch, 1, r.context)["fits"]
+        fits = cost_report(model, r.batch, 1, r.context)["fits"]
         pred = predict_tokens_per_s(hw, r)
         err = None if r.tokens_per_s is None else pred / r.tokens_per_s - 1
         table.append({"model": r.model, "weight_bits": r.weight_bits, "tp": r.tp,
