@@ -64,6 +64,19 @@ def test_draft_tp_shards_the_draft() -> None:
         run_optimize(OptimizeRequest(**request)).comparison.scores[0].speedup
 
 
+@pytest.mark.parametrize(("engine", "sharded"), [("vllm", True), ("sglang", True),
+                                                ("gpt-fast", True), (None, False)])
+def test_an_engine_shards_the_draft_as_the_target_unless_told(cli, engine: str | None,
+                                                              sharded: bool) -> None:
+    """vLLM, SGLang and gpt-fast run a draft model over the target's devices by default;
+    specscope's own loop runs it on one."""
+    args = (*(() if engine is None else ("--engine", engine)), "--tp", 2, "--algo", "chain")
+    default = optimized(cli, *args)["results"][0]["step_time_ms"]
+    for tp, same in ((2, sharded), (1, not sharded)):
+        stated = optimized(cli, *args, "--draft-tp", tp)["results"][0]["step_time_ms"]
+        assert (stated == default) is same, (tp, stated, default)
+
+
 def test_stages_hold_what_one_device_cannot(cli) -> None:
     args = ("optimize-tree", "--hw", "a100", "--target", "llama-3.1-70b", "--drafter",
             "llama-3.2-1b", "--acceptance", "0.6,0.2", "--budget", 8, "--json")

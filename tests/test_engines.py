@@ -158,6 +158,8 @@ def test_a_chain_only_engine_refuses_a_branching_tree() -> None:
     ('[scheduler]\nqueue = 3', 'loop = "x"\n', "takes max_batch and max_batch_speculative only"),
     ('prompt_logits = "first"', 'loop = "x"\n', "prompt_logits must be one of all, last"),
     ('prompt_logits = "last"', '', "says nothing of 'prompt_logits'"),
+    ('draft_at_target_tp = 1', 'loop = "x"\n', "draft_at_target_tp must be true or false"),
+    ('draft_at_target_tp = true', '', "says nothing of 'draft_at_target_tp'"),
     ('[scheduler]\nmax_batch_speculative = true', 'loop = "x"\nmax_batch_speculative = "x"\n',
      "max_batch_speculative must be a whole"),
     ('[scheduler]\nmax_batch_speculative = 48', '', "says nothing of 'max_batch_speculative'"),

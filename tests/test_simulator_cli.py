@@ -208,6 +208,16 @@ def test_the_batch_limit_is_the_engines_schedulers_unless_given(
     assert summary["max_batch"] == expected and summary["peak_batch"] <= expected
 
 
+@pytest.mark.parametrize(("extra", "draft_tp"), [((), 1), (("--engine", "vllm"), 2),
+                                                 (("--engine", "sglang"), 2)])
+def test_a_draft_model_runs_on_the_devices_its_engine_gives_it(
+        capsys: pytest.CaptureFixture[str], files: dict[str, Path], extra: tuple,
+        draft_tp: int) -> None:
+    code, out, err = _cli(capsys, *BASE, "--tp", "2", "--policy", "smartspec", "--json", *extra)
+    assert code == 0, err
+    assert json.loads(out)["draft_tp"] == draft_tp
+
+
 @pytest.mark.parametrize(("extra", "speculating", "plain"), [
     (("--engine", "sglang"), 48, 2048),         # SGLang resets running requests to 48
     (("--engine", "vllm"), 256, 256),           # vLLM states no such reset

@@ -147,8 +147,9 @@ def optimize_tree(
     draft_window: Annotated[int | None, typer.Option(
         min=1, help="Tokens the draft keeps and reads (capped-KV self-speculation, a draft "
                     "with a bounded cache; default: the whole context).")] = None,
-    draft_tp: Annotated[int, typer.Option(min=1, help="Devices the draft is sharded over.")
-                        ] = 1,
+    draft_tp: Annotated[int | None, typer.Option(
+        min=1, help="Devices the draft is sharded over (default: the --engine's, the "
+                    "target's --tp under vLLM, SGLang and gpt-fast; else 1).")] = None,
     draft_vocab: Annotated[int | None, typer.Option(
         min=1, help="The draft's vocabulary (an EAGLE-3 head's reduced one; default: the "
                     "draft model's own).")] = None,

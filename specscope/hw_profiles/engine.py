@@ -76,7 +76,9 @@ class Engine:
     the engine speculates (SGLang resets its running requests to 48 under any speculative
     algorithm), so plain decoding and speculation of the same arrivals batch differently;
     prompt_logits: where a prompt's forward computes logits (`ops.PROMPT_LOGITS`; "last": at
-    each sequence's last position, where the engine samples).
+    each sequence's last position, where the engine samples); draft_at_target_tp: a draft model
+    is sharded over the target's devices unless told otherwise (`draft_tp`), as the draft
+    workers of vLLM, SGLang and gpt-fast are.
     """
 
     name: str
@@ -96,6 +98,7 @@ class Engine:
     sources: dict[str, str]
     batched_step: bool = False
     draft_cache: bool = False
+    draft_at_target_tp: bool = False
     max_batch: int | None = None
     max_batch_speculative: int | None = None
     prompt_logits: str = "all"
@@ -104,6 +107,10 @@ class Engine:
         """The sequences a step runs when none is given: `max_batch_speculative` while
         speculating (when stated), else `max_batch`."""
         return (self.max_batch_speculative or self.max_batch) if speculating else self.max_batch
+
+    def draft_tp(self, target_tp: int) -> int:
+        """Devices a draft model runs on by default beside a target at `target_tp`."""
+        return target_tp if self.draft_at_target_tp else 1
 
     def loop_costs(self, hw: HardwareProfile) -> LoopCosts:
         """This engine's loop priced on box `hw` (module docstring): the loop profile-hw
@@ -208,7 +215,9 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
             values[name] = seconds
     reference = _number(table.get("reference_layer_us", 0.0), "[loop] reference_layer_us", where)
     batched_step, draft_cache = table.get("batched_step", False), data.get("draft_cache", False)
-    for key, value in (("[loop] batched_step", batched_step), ("draft_cache", draft_cache)):
+    sharded = data.get("draft_at_target_tp", False)
+    for key, value in (("[loop] batched_step", batched_step), ("draft_cache", draft_cache),
+                       ("draft_at_target_tp", sharded)):
         if not isinstance(value, bool):
             raise InputError(f"{where}: {key} must be true or false")
     ratio = _number(data.get("host_layer_ratio", 1.0), "host_layer_ratio", where)
@@ -236,6 +245,7 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     needed += ["host_layer_ratio"] if ratio != 1.0 else []
     needed += ["device_layer_ratio"] if device != 1.0 else []
     needed += ["draft_cache"] if draft_cache else []
+    needed += ["draft_at_target_tp"] if sharded else []
     needed += ["prompt_logits"] if prompt_logits != "all" else []
     needed += [key for key, value in limits.items() if value is not None]
     unsourced = [k for k in needed if k not in sources and (k == "loop" or "loop" not in sources)]
@@ -250,7 +260,8 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                   loop_from_profile=from_profile, uncarried=uncarried,
                   reference_layer_s=reference * 1e-6, host_layer_ratio=ratio,
                   device_layer_ratio=device, sources=dict(sources), batched_step=batched_step,
-                  draft_cache=draft_cache, prompt_logits=prompt_logits, **limits)
+                  draft_cache=draft_cache, draft_at_target_tp=sharded,
+                  prompt_logits=prompt_logits, **limits)
 
 
 def _terms(value: Any, key: str, where: str) -> tuple[str, ...]:

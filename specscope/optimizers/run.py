@@ -12,6 +12,7 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.engine import load_engine
 from specscope.hw_profiles.pricing import for_engine
 from specscope.limits import check_memory, check_time
 from specscope.models import get_model, list_models
@@ -67,7 +68,9 @@ class OptimizeRequest:
     tp: int = 1
     batch: int = 1
     draft_window: int | None = None
-    draft_tp: int = 1
+    draft_tp: int | None = None
+    """Devices the draft is sharded over (None: the engine's default, `Engine.draft_tp`, else
+    1)."""
     draft_vocab: int | None = None
     stages: int = 1
     system: str | None = None
@@ -175,7 +178,8 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
     if req.context is not None and req.context < 0:
         raise InputError(f"--context must be ≥ 0, got {req.context}")
     for option, value in (("--batch", req.batch), ("--tp", req.tp),
-                          ("--draft-window", req.draft_window or 1), ("--draft-tp", req.draft_tp),
+                          ("--draft-window", req.draft_window or 1),
+                          ("--draft-tp", req.draft_tp or 1),
                           ("--draft-vocab", req.draft_vocab or 1), ("--stages", req.stages)):
         if value < 1:
             raise InputError(f"{option} must be ≥ 1, got {value}")
@@ -216,7 +220,7 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
 
     if req.deployed is None:
         verified = cost_model(get_model(target), req.offload, tp=req.tp, stages=req.stages)
-        drafts = None if priced is None else cost_model(priced, tp=req.draft_tp)
+        drafts = None if priced is None else cost_model(priced, tp=_draft_tp(req))
     else:
         verified, drafts, source, drafter = _as_deployed(req, source)
     pricing = for_engine(
@@ -262,12 +266,21 @@ def _as_deployed(req: OptimizeRequest, source: str
     return target, drafter, source, drafter.model.name
 
 
+def _draft_tp(req: OptimizeRequest) -> int:
+    """Devices the draft model runs on: as given, else the engine's default beside the
+    target's tp (vLLM, SGLang and gpt-fast shard it as the target), else one."""
+    if req.draft_tp is not None:
+        return req.draft_tp
+    return 1 if req.engine is None else load_engine(req.engine).draft_tp(req.tp)
+
+
 def _draft_as_stated(spec: ModelSpec | None, req: OptimizeRequest) -> ModelSpec | None:
     """The priced draft with the request's draft options: its own vocabulary replaced by
     `draft_vocab` (an EAGLE-3 head's reduced one; a new name, so no measured table of the
     full-vocabulary model prices it). The window and tp act on its pricing."""
-    stated = [o for o, v in (("--draft-window", req.draft_window), ("--draft-vocab",
-                             req.draft_vocab), ("--draft-tp", req.draft_tp > 1 or None)) if v]
+    stated = [o for o, v in (("--draft-window", req.draft_window),
+                             ("--draft-vocab", req.draft_vocab),
+                             ("--draft-tp", (req.draft_tp or 1) > 1 or None)) if v]
     if spec is None:
         if stated:
             raise InputError(f"{stated[0]} prices a draft model; this source drafts without one")

@@ -92,7 +92,8 @@ def choose_at_rate(req: OptimizeRequest, rate: float, requests: int, seed: int =
         raise InputError(f"--rate must be > 0 requests/s, got {rate}")
     unstated = [o for o, v in (("--draft-window", req.draft_window),
                                ("--draft-vocab", req.draft_vocab),
-                               ("--draft-tp", req.draft_tp > 1), ("--stages", req.stages > 1),
+                               ("--draft-tp", (req.draft_tp or 1) > 1),
+                               ("--stages", req.stages > 1),
                                ("--batch", req.batch > 1),
                                ("--tree-attention", req.tree_attention is not None)) if v]
     if unstated:

@@ -200,6 +200,7 @@ def run_simulation(req: SimulateRequest,
         "engine": req.engine or DEFAULT_ENGINE,
         "tp": req.tp, "weight_bits": target.weight_bits,
         "drafter": drafter.cost.model.name if drafter.cost else req.drafter,
+        "draft_tp": drafter.cost.tp if drafter.cost else None,
         "source": drafter.source, "system": req.system or "none",
         "lossy": bool(deployed and deployed.lossy),
         "policy": req.policy, "draft_placement": req.draft_placement,
@@ -289,8 +290,9 @@ def _check(req: SimulateRequest) -> None:
 
 
 def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) -> _Drafter:
-    """The drafter's source and cost model (module docstring); plain decoding (`--policy
-    none`) loads no draft model, whatever drafter is named."""
+    """The drafter's source and cost model (module docstring), a draft model on the engine's
+    devices for it (`Engine.draft_tp`); plain decoding (`--policy none`) loads no draft model,
+    whatever drafter is named."""
     if req.trace is None and req.drafter is None and req.source is None:
         if req.policy != "none":
             raise InputError(f"--policy {req.policy} needs --drafter (a draft model or "
@@ -300,7 +302,8 @@ def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) 
     priced = drafter_spec(chosen.model, target, chosen.kept_layers, chosen.source)
     if req.policy == "none":
         return _Drafter(chosen.source, None)
-    cost = None if priced is None else CostModel(profile, priced, runtime=req.runtime)
+    tp = 1 if req.engine is None else load_engine(req.engine).draft_tp(req.tp)
+    cost = None if priced is None else CostModel(profile, priced, runtime=req.runtime, tp=tp)
     if req.draft_placement == "separate" and cost is None:
         raise InputError("--draft-placement separate needs a draft model (--drafter MODEL)")
     return _Drafter(chosen.source, cost)
