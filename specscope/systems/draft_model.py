@@ -4,10 +4,16 @@ system is measured against."""
 
 from __future__ import annotations
 
-from specscope.hw_profiles.engine import load_engine
 from specscope.systems.base import System, SystemCosts
 from specscope.systems.case import Case
-from specscope.systems.step import Prediction, cost_model, pricing, speculative, target_model
+from specscope.systems.step import (
+    Prediction,
+    cost_model,
+    draft_tp,
+    pricing,
+    speculative,
+    target_model,
+)
 
 
 def costs(case: Case) -> SystemCosts:
@@ -16,8 +22,7 @@ def costs(case: Case) -> SystemCosts:
     as the target)."""
     if case.draft is None:
         raise case.fail("system draft-model needs a draft (a catalogue model)")
-    tp = 1 if case.engine is None else load_engine(case.engine).draft_tp(case.tp)
-    return SystemCosts(target_model(case), cost_model(case, case.draft, tp=tp),
+    return SystemCosts(target_model(case), cost_model(case, case.draft, tp=draft_tp(case)),
                        f"draft:{case.draft}")
 
 
