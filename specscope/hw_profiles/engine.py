@@ -144,6 +144,12 @@ class Engine:
         return self if self.baseline == self.name else load_engine(self.baseline)
 
 
+def default_draft_tp(engine: str | None, tp: int) -> int:
+    """Devices a draft model runs on beside a target at `tp` when none is stated: `engine`'s
+    (`Engine.draft_tp`), or one without an engine (specscope's own loop)."""
+    return 1 if engine is None else load_engine(engine).draft_tp(tp)
+
+
 def host_scale(measured_on: HardwareProfile, box: HardwareProfile) -> float:
     """How much longer `box`'s host takes than `measured_on`'s to issue the same work: the ratio
     of their eager per-layer host times (each as its profile prices it, host speed included)."""

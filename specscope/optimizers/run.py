@@ -12,7 +12,7 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.hw_profiles.engine import load_engine
+from specscope.hw_profiles.engine import default_draft_tp
 from specscope.hw_profiles.pricing import for_engine
 from specscope.limits import check_memory, check_time
 from specscope.models import get_model, list_models
@@ -220,7 +220,8 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
 
     if req.deployed is None:
         verified = cost_model(get_model(target), req.offload, tp=req.tp, stages=req.stages)
-        drafts = None if priced is None else cost_model(priced, tp=_draft_tp(req))
+        tp = req.draft_tp or default_draft_tp(req.engine, req.tp)
+        drafts = None if priced is None else cost_model(priced, tp=tp)
     else:
         verified, drafts, source, drafter = _as_deployed(req, source)
     pricing = for_engine(
@@ -264,14 +265,6 @@ def _as_deployed(req: OptimizeRequest, source: str
     if req.trace_path is None:  # a given vector: the trees are the system's drafter's
         source = deployed.source
     return target, drafter, source, drafter.model.name
-
-
-def _draft_tp(req: OptimizeRequest) -> int:
-    """Devices the draft model runs on: as given, else the engine's default beside the
-    target's tp (vLLM, SGLang and gpt-fast shard it as the target), else one."""
-    if req.draft_tp is not None:
-        return req.draft_tp
-    return 1 if req.engine is None else load_engine(req.engine).draft_tp(req.tp)
 
 
 def _draft_as_stated(spec: ModelSpec | None, req: OptimizeRequest) -> ModelSpec | None:

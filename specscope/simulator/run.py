@@ -23,7 +23,7 @@ import simpy
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
-from specscope.hw_profiles.engine import DEFAULT_ENGINE, load_engine
+from specscope.hw_profiles.engine import DEFAULT_ENGINE, default_draft_tp, load_engine
 from specscope.hw_profiles.pricing import for_engine, kv_capacity
 from specscope.limits import check_memory
 from specscope.models import ModelSpec, get_model, list_models
@@ -302,8 +302,8 @@ def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) 
     priced = drafter_spec(chosen.model, target, chosen.kept_layers, chosen.source)
     if req.policy == "none":
         return _Drafter(chosen.source, None)
-    tp = 1 if req.engine is None else load_engine(req.engine).draft_tp(req.tp)
-    cost = None if priced is None else CostModel(profile, priced, runtime=req.runtime, tp=tp)
+    cost = None if priced is None else CostModel(profile, priced, runtime=req.runtime,
+                                                 tp=default_draft_tp(req.engine, req.tp))
     if req.draft_placement == "separate" and cost is None:
         raise InputError("--draft-placement separate needs a draft model (--drafter MODEL)")
     return _Drafter(chosen.source, cost)

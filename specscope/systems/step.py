@@ -18,7 +18,7 @@ from typing import Any
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.hw_profiles.engine import load_engine
+from specscope.hw_profiles.engine import default_draft_tp
 from specscope.hw_profiles.pricing import Pricing, for_engine
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
@@ -74,7 +74,7 @@ def cost_model(case: Case, spec: ModelSpec | str, *, cls: type[CostModel] = Cost
 def draft_tp(case: Case) -> int:
     """Devices a draft model runs on by default under the case's engine (`Engine.draft_tp`:
     vLLM, SGLang and gpt-fast shard it as the target; none: one device)."""
-    return 1 if case.engine is None else load_engine(case.engine).draft_tp(case.tp)
+    return default_draft_tp(case.engine, case.tp)
 
 
 def target_model(case: Case, cls: type[CostModel] = CostModel, **extra: Any) -> CostModel:
