@@ -53,8 +53,7 @@ def test_same_seed_same_choice(cli) -> None:
 @pytest.mark.parametrize(("extra", "word"), [
     (("--rate", 0), "--rate"), (("--rate", -1), "--rate"),
     (("--rate", 5, "--draft-window", 64), "--draft-window"),
-    (("--rate", 5, "--batch", 8), "--batch"),
-    (("--rate", 5, "--tree-attention", "masked"), "--tree-attention")])
+    (("--rate", 5, "--batch", 8), "--batch")])
 def test_bad_rates_exit_2(cli, extra: tuple, word: str) -> None:
     code, _, err = cli(*ARGS, *extra)
     assert code == 2 and word in err and len(err.strip().splitlines()) == 1, err

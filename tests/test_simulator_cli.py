@@ -208,6 +208,18 @@ def test_the_batch_limit_is_the_engines_schedulers_unless_given(
     assert summary["max_batch"] == expected and summary["peak_batch"] <= expected
 
 
+def test_simulate_prices_the_stated_tree_attention(capsys: pytest.CaptureFixture[str],
+                                                   files: dict[str, Path]) -> None:
+    """SGLang's trees on FlashInfer (masked) verify slower than its default split attention."""
+    tpot = {}
+    for attention in ((), ("--tree-attention", "split"), ("--tree-attention", "masked")):
+        code, out, err = _cli(capsys, *BASE, "--engine", "sglang", "--policy", "dyspec",
+                              "--prompt-len", "2048", "--json", *attention)
+        assert code == 0, err
+        tpot[attention[-1] if attention else "default"] = json.loads(out)["mean_tpot_ms"]
+    assert tpot["default"] == tpot["split"] < tpot["masked"]
+
+
 @pytest.mark.parametrize(("extra", "draft_tp"), [((), 1), (("--engine", "vllm"), 2),
                                                  (("--engine", "sglang"), 2)])
 def test_a_draft_model_runs_on_the_devices_its_engine_gives_it(

@@ -94,8 +94,7 @@ def choose_at_rate(req: OptimizeRequest, rate: float, requests: int, seed: int =
                                ("--draft-vocab", req.draft_vocab),
                                ("--draft-tp", (req.draft_tp or 1) > 1),
                                ("--stages", req.stages > 1),
-                               ("--batch", req.batch > 1),
-                               ("--tree-attention", req.tree_attention is not None)) if v]
+                               ("--batch", req.batch > 1)) if v]
     if unstated:
         raise InputError(f"--rate simulates serving, which does not price {unstated[0]}; "
                          "price it at a fixed --batch instead")
@@ -107,7 +106,8 @@ def choose_at_rate(req: OptimizeRequest, rate: float, requests: int, seed: int =
         drafter=req.drafter if trace is not None or alone.drafter == NO_DRAFTER
         else alone.drafter,
         acceptance=None if req.acceptance is None else tuple(req.acceptance),
-        runtime=req.runtime, engine=req.engine, offload=req.offload, tp=req.tp, rate=rate,
+        runtime=req.runtime, engine=req.engine, tree_attention=req.tree_attention,
+        offload=req.offload, tp=req.tp, rate=rate,
         system=req.system, system_options=req.system_options,
         requests=requests, seed=seed, budget=budget,
         max_depth=budget if req.max_depth is None else req.max_depth, against_plain=False)

@@ -77,6 +77,9 @@ class SimulateRequest:
     runtime: str | None = None
     engine: str | None = None
     """The software stack priced (hw_profiles/data/engines; None: specscope's own loop)."""
+    tree_attention: str | None = None
+    """How verification attention runs (`cost.TREE_ATTENTION`; None: the engine's, else
+    split)."""
     offload: float = 0.0
     """Fraction of the target's weights streamed from host memory every forward."""
     tp: int = 1
@@ -151,9 +154,15 @@ def run_simulation(req: SimulateRequest,
         target, drafter = deployed.target, _Drafter(deployed.source, deployed.drafter)
         scale = deployed.acceptance_scale
         drift = tuple(m * scale for m in req.drift or (1.0,)) if scale != 1.0 else req.drift
+    if req.tree_attention is not None:
+        target = target.under(tree_attention=req.tree_attention)
+        cost = drafter.cost
+        drafter = _Drafter(drafter.source, None if cost is None
+                           else cost.under(tree_attention=req.tree_attention))
     engine = None
     if req.engine is not None:
-        price = for_engine(req.engine, target, drafter.cost, 1, runtime=req.runtime)
+        price = for_engine(req.engine, target, drafter.cost, 1, runtime=req.runtime,
+                           tree_attention=req.tree_attention)
         target, drafter = price.target, _Drafter(drafter.source, price.drafter)
         engine = price.engine
     model = _acceptance_model(req, drafter.source)
