@@ -64,6 +64,7 @@ def cost(
     and drafter as that seed system deploys them."""
     from specscope.hw_profiles import CostModel, load_profile
     from specscope.hw_profiles.cost_report import cost_report
+    from specscope.hw_profiles.pricing import for_engine, under_attention
     from specscope.models import get_model
     from specscope.systems.registry import deploy
     from specscope.systems.registry import system_options as parse_system
@@ -85,13 +86,9 @@ def cost(
         deployed = deploy(system, hw, model, draft=draft, weight_bits=weight_bits, tp=tp,
                           runtime=runtime, images=images, options=options)
         cm, drafter = deployed.target, deployed.drafter
-        if tree_attention is not None:
-            cm = cm.under(tree_attention=tree_attention)
-            drafter = None if drafter is None else drafter.under(tree_attention=tree_attention)
+        cm, drafter = under_attention(cm, drafter, tree_attention)
         context += deployed.prompt_tokens
     if engine is not None:
-        from specscope.hw_profiles.pricing import for_engine
-
         priced = for_engine(engine, cm, drafter, context, batch, runtime=runtime,
                             tree_attention=tree_attention)
         cm, drafter = priced.target, priced.drafter

@@ -224,6 +224,16 @@ class Pricing:
                    for depth, source in sorted(parents))
 
 
+def under_attention(target: CostModel, drafter: CostModel | None, attention: str | None
+                    ) -> tuple[CostModel, CostModel | None]:
+    """`target` and `drafter` under a stated tree attention (None: as they are), before an
+    engine prices them (a seed system deploys its models with split attention)."""
+    if attention is None:
+        return target, drafter
+    return (target.under(tree_attention=attention),
+            None if drafter is None else drafter.under(tree_attention=attention))
+
+
 def for_engine(engine: str | Engine | None, target: CostModel, drafter: CostModel | None,
                context_len: int, batch: int = 1, *, runtime: str | None = None,
                draft_runtime: str | None = None, baseline_engine: str | None = None,

@@ -13,7 +13,7 @@ import numpy as np
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.engine import default_draft_tp
-from specscope.hw_profiles.pricing import for_engine
+from specscope.hw_profiles.pricing import for_engine, under_attention
 from specscope.limits import check_memory, check_time
 from specscope.models import get_model, list_models
 from specscope.models.catalogue import drafter_spec
@@ -254,9 +254,7 @@ def _as_deployed(req: OptimizeRequest, source: str
         raise InputError(f"{option} restates the plain target or draft; --system "
                          f"{req.system} deploys its own (its keys: --system-options)")
     target, drafter = deployed.target, deployed.drafter
-    if req.tree_attention is not None:
-        target = target.under(tree_attention=req.tree_attention)
-        drafter = None if drafter is None else drafter.under(tree_attention=req.tree_attention)
+    target, drafter = under_attention(target, drafter, req.tree_attention)
     if drafter is None:
         return target, None, deployed.source, deployed.source
     if source in MODEL_FREE_SOURCES:

@@ -24,7 +24,7 @@ import simpy
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
 from specscope.hw_profiles.engine import DEFAULT_ENGINE, default_draft_tp, load_engine
-from specscope.hw_profiles.pricing import for_engine, kv_capacity
+from specscope.hw_profiles.pricing import for_engine, kv_capacity, under_attention
 from specscope.limits import check_memory
 from specscope.models import ModelSpec, get_model, list_models
 from specscope.models.catalogue import drafter_spec
@@ -154,11 +154,8 @@ def run_simulation(req: SimulateRequest,
         target, drafter = deployed.target, _Drafter(deployed.source, deployed.drafter)
         scale = deployed.acceptance_scale
         drift = tuple(m * scale for m in req.drift or (1.0,)) if scale != 1.0 else req.drift
-    if req.tree_attention is not None:
-        target = target.under(tree_attention=req.tree_attention)
-        cost = drafter.cost
-        drafter = _Drafter(drafter.source, None if cost is None
-                           else cost.under(tree_attention=req.tree_attention))
+    target, cost = under_attention(target, drafter.cost, req.tree_attention)
+    drafter = _Drafter(drafter.source, cost)
     engine = None
     if req.engine is not None:
         price = for_engine(req.engine, target, drafter.cost, 1, runtime=req.runtime,
