@@ -59,9 +59,12 @@ and the zoo Transformer matrices run them). Self-speculation skips layers of a T
 SSM_METHODS = ("sequoia", "dyspec", "goose", "specdecpp")
 """Methods of the trained-SSM matrix: a chain is the shape SpecDec++'s trees take, so its own
 column adds no shape the others lack."""
-SSM_PROMPTS = 16
-"""Prompts of the trained-SSM matrix: each of its 25 cases decodes them twice (STree and naive),
-in float64 (10 s a case at 32 prompts: half of `make test`'s budget for one matrix)."""
+SSM_PROMPTS = 12
+"""Prompts of the trained-SSM matrix: each of its 12 cases decodes them twice (STree and naive),
+in float64 (about 8 s a case at 16 prompts on a slow run of the 2-core box, 94 s in all)."""
+ZOO_PROMPTS = 16
+"""Prompts of the trained zoo Transformer's matrix: 31 cases in float64 (3.3 s a case at 32
+prompts, 101 s in all, on a slow run); the synthetic models keep `PROMPTS`."""
 ZOO_CASES = [(d, a) for d in DRAFTERS for a in METHODS
              if d in BASE_DRAFTERS or a in ("sequoia", "dyspec")]
 LLAMA = tiny_spec("tiny-llama", V, max_seq_len=64)
@@ -271,7 +274,7 @@ def test_zoo_ssm_greedy_equals_autoregressive_with_both_verifiers(drafter: str,
 
 
 @cache
-def zoo_case(target: str = "tiny-code", prompts: int = PROMPTS) -> Case:
+def zoo_case(target: str = "tiny-code", prompts: int = ZOO_PROMPTS) -> Case:
     """A zoo target with the zoo's draft in float64 on the first `prompts` code-edit prompts
     (and 4 more to calibrate)."""
     module, tokenizer = load_zoo_model(target, dtype=torch.float64)
