@@ -209,19 +209,28 @@ class Pricing:
         return self.engine is not None and self.engine.draft_cache
 
     def draft_s(self, tree: Tree) -> float:
-        """Seconds drafting `tree`: one `level_s` per (depth, source) holding drafted nodes; a
-        draft-model level forwards the nodes above it (root first), or with the engine's
-        `draft_cache` only the distinct parents it expands, and proposes for those parents.
-        Summed in sorted order, not a set's (string-hash) order, so every process gets the same
-        float."""
-        parents: dict[tuple[int, str], set[int]] = {}
-        for v in range(1, tree.size):
+        """Seconds drafting `tree`: one `level_s` per level of `draft_levels` (under the
+        engine's `draft_cache`), summed in their sorted order, not a set's (string-hash) order,
+        so every process gets the same float."""
+        return sum(self.level_s(source, forwarded, expanded)
+                   for (_, source), forwarded, expanded in draft_levels(tree, self.draft_cache))
+
+
+def draft_levels(tree: Tree, draft_cache: bool, upto: int | None = None
+                 ) -> list[tuple[tuple[int, str], int, int]]:
+    """The levels drafting `tree`'s nodes (to depth `upto`; None: all), one per (depth, source)
+    holding drafted nodes, sorted: ((depth, source), the nodes its draft-model forward runs,
+    the distinct parents it proposes for). The forward runs the nodes above the level (root
+    first), or with a `draft_cache` (the draft keeps its drafted levels in its KV cache) only
+    those parents."""
+    parents: dict[tuple[int, str], set[int]] = {}
+    for v in range(1, tree.size):
+        if upto is None or tree.depths[v] <= upto:
             parents.setdefault((int(tree.depths[v]), tree.sources[v]), set()).add(
                 int(tree.parents[v]))
-        above = np.cumsum(np.bincount(tree.depths, minlength=tree.depth + 1))
-        return sum(self.level_s(source, len(parents[depth, source]) if self.draft_cache
-                                else int(above[depth - 1]), len(parents[depth, source]))
-                   for depth, source in sorted(parents))
+    above = np.cumsum(np.bincount(tree.depths, minlength=tree.depth + 1))
+    return [((depth, source), len(expanded) if draft_cache else int(above[depth - 1]),
+             len(expanded)) for (depth, source), expanded in sorted(parents.items())]
 
 
 def under_attention(target: CostModel, drafter: CostModel | None, attention: str | None

@@ -63,7 +63,7 @@ import numpy as np
 
 from specscope.hw_profiles import CostModel
 from specscope.hw_profiles.engine import Engine
-from specscope.hw_profiles.pricing import Pricing
+from specscope.hw_profiles.pricing import Pricing, draft_levels
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.simulator.policies.base import Speculation
 from specscope.tree import Tree
@@ -218,20 +218,12 @@ class _Shape:
 
 
 def speculation_shape(spec: Speculation, source: str, draft_cache: bool = False) -> _Shape:
-    """The draft levels of `spec` as `Pricing.draft_s` counts them (module docstring): one per
-    (depth, source) of its drafted nodes up to `draft_levels` (forwarding the nodes above, or
-    with a `draft_cache` the parents it expands), then levels of `source` past the tree's
-    depth, each forwarding the whole tree (or with a cache the tree's deepest nodes)."""
+    """The draft levels of `spec` as `Pricing.draft_s` counts them (module docstring): the
+    tree's `draft_levels` up to `spec.draft_levels`, then levels of `source` past the tree's
+    depth, each forwarding the whole tree (or with a `draft_cache` the tree's deepest nodes)."""
     tree = spec.tree
-    depths = tree.depths
-    above = np.cumsum(np.bincount(depths, minlength=tree.depth + 1))
-    parents: dict[tuple[int, str], set[int]] = {}
-    for v in range(1, tree.size):
-        if depths[v] <= spec.draft_levels:
-            parents.setdefault((int(depths[v]), tree.sources[v]), set()).add(int(tree.parents[v]))
-    levels = [((d, s), len(parents[d, s]) if draft_cache else int(above[d - 1]),
-               len(parents[d, s])) for d, s in sorted(parents)]
-    past = int(np.sum(depths == tree.depth)) if draft_cache else tree.size
+    levels = draft_levels(tree, draft_cache, spec.draft_levels)
+    past = int(np.sum(tree.depths == tree.depth)) if draft_cache else tree.size
     levels += [((d, source), past, 1) for d in range(tree.depth + 1, spec.draft_levels + 1)]
     return _Shape(tree.size, tuple(levels), tree.size > 1 or spec.draft_levels > 0)
 
