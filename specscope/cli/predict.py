@@ -85,8 +85,7 @@ def cost(
                              "stage)")
         deployed = deploy(system, hw, model, draft=draft, weight_bits=weight_bits, tp=tp,
                           runtime=runtime, images=images, options=options)
-        cm, drafter = deployed.target, deployed.drafter
-        cm, drafter = under_attention(cm, drafter, tree_attention)
+        cm, drafter = under_attention(deployed.target, deployed.drafter, tree_attention)
         context += deployed.prompt_tokens
     if engine is not None:
         priced = for_engine(engine, cm, drafter, context, batch, runtime=runtime,

@@ -77,7 +77,7 @@ class Engine:
     algorithm), so plain decoding and speculation of the same arrivals batch differently;
     prompt_logits: where a prompt's forward computes logits (`ops.PROMPT_LOGITS`; "last": at
     each sequence's last position, where the engine samples); draft_at_target_tp: a draft model
-    is sharded over the target's devices unless told otherwise (`draft_tp`), as the draft
+    is sharded over the target's devices unless told otherwise (`default_draft_tp`), as the draft
     workers of vLLM, SGLang and gpt-fast are.
     """
 
@@ -107,10 +107,6 @@ class Engine:
         """The sequences a step runs when none is given: `max_batch_speculative` while
         speculating (when stated), else `max_batch`."""
         return (self.max_batch_speculative or self.max_batch) if speculating else self.max_batch
-
-    def draft_tp(self, target_tp: int) -> int:
-        """Devices a draft model runs on by default beside a target at `target_tp`."""
-        return target_tp if self.draft_at_target_tp else 1
 
     def loop_costs(self, hw: HardwareProfile) -> LoopCosts:
         """This engine's loop priced on box `hw` (module docstring): the loop profile-hw
@@ -145,9 +141,10 @@ class Engine:
 
 
 def default_draft_tp(engine: str | None, tp: int) -> int:
-    """Devices a draft model runs on beside a target at `tp` when none is stated: `engine`'s
-    (`Engine.draft_tp`), or one without an engine (specscope's own loop)."""
-    return 1 if engine is None else load_engine(engine).draft_tp(tp)
+    """Devices a draft model runs on beside a target at `tp` when none is stated: the target's
+    under an engine that shards it so (`Engine.draft_at_target_tp`), else one (specscope's own
+    loop among them)."""
+    return tp if engine is not None and load_engine(engine).draft_at_target_tp else 1
 
 
 def host_scale(measured_on: HardwareProfile, box: HardwareProfile) -> float:

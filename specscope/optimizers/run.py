@@ -253,8 +253,7 @@ def _as_deployed(req: OptimizeRequest, source: str
         option = f"--{restated[0].replace('_', '-')} {getattr(req, restated[0])}"
         raise InputError(f"{option} restates the plain target or draft; --system "
                          f"{req.system} deploys its own (its keys: --system-options)")
-    target, drafter = deployed.target, deployed.drafter
-    target, drafter = under_attention(target, drafter, req.tree_attention)
+    target, drafter = under_attention(deployed.target, deployed.drafter, req.tree_attention)
     if drafter is None:
         return target, None, deployed.source, deployed.source
     if source in MODEL_FREE_SOURCES:

@@ -4,26 +4,20 @@ system is measured against."""
 
 from __future__ import annotations
 
+from specscope.hw_profiles.engine import default_draft_tp
 from specscope.systems.base import System, SystemCosts
 from specscope.systems.case import Case
-from specscope.systems.step import (
-    Prediction,
-    cost_model,
-    draft_tp,
-    pricing,
-    speculative,
-    target_model,
-)
+from specscope.systems.step import Prediction, cost_model, pricing, speculative, target_model
 
 
 def costs(case: Case) -> SystemCosts:
     """The target as the case states it, and the `draft` catalogue model at 16 bits, on the
-    devices the case's engine gives a draft (`Engine.draft_tp`: vLLM's and SGLang's shard it
+    devices the case's engine gives a draft (`default_draft_tp`: vLLM's and SGLang's shard it
     as the target)."""
     if case.draft is None:
         raise case.fail("system draft-model needs a draft (a catalogue model)")
-    return SystemCosts(target_model(case), cost_model(case, case.draft, tp=draft_tp(case)),
-                       f"draft:{case.draft}")
+    draft = cost_model(case, case.draft, tp=default_draft_tp(case.engine, case.tp))
+    return SystemCosts(target_model(case), draft, f"draft:{case.draft}")
 
 
 def predict(case: Case) -> Prediction:

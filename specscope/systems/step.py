@@ -18,7 +18,6 @@ from typing import Any
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.hw_profiles.engine import default_draft_tp
 from specscope.hw_profiles.pricing import Pricing, for_engine
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
@@ -69,12 +68,6 @@ def cost_model(case: Case, spec: ModelSpec | str, *, cls: type[CostModel] = Cost
     model = get_model(spec) if isinstance(spec, str) else spec
     return cls(_profile(case.hw), model, weight_bits=weight_bits, tp=tp, runtime=case.runtime,
                act_bits=act_bits, quant_lm_head=quant_lm_head, **extra)
-
-
-def draft_tp(case: Case) -> int:
-    """Devices a draft model runs on by default under the case's engine (`Engine.draft_tp`:
-    vLLM, SGLang and gpt-fast shard it as the target; none: one device)."""
-    return default_draft_tp(case.engine, case.tp)
 
 
 def target_model(case: Case, cls: type[CostModel] = CostModel, **extra: Any) -> CostModel:
