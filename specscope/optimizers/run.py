@@ -69,7 +69,7 @@ class OptimizeRequest:
     batch: int = 1
     draft_window: int | None = None
     draft_tp: int | None = None
-    """Devices the draft is sharded over (None: the engine's default, `Engine.draft_tp`, else
+    """Devices the draft is sharded over (None: the engine's default, `default_draft_tp`, else
     1)."""
     draft_vocab: int | None = None
     stages: int = 1

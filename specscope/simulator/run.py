@@ -297,7 +297,7 @@ def _check(req: SimulateRequest) -> None:
 
 def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) -> _Drafter:
     """The drafter's source and cost model (module docstring), a draft model on the engine's
-    devices for it (`Engine.draft_tp`); plain decoding (`--policy none`) loads no draft model,
+    devices for it (`default_draft_tp`); plain decoding (`--policy none`) loads no draft model,
     whatever drafter is named."""
     if req.trace is None and req.drafter is None and req.source is None:
         if req.policy != "none":
