@@ -9,6 +9,7 @@ published one (or, for a case that published tokens/s, the predicted tokens/s).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,9 +168,20 @@ def predict_case(case: Case) -> Prediction:
         *prediction.assumptions, f"baseline: {case.baseline} at τ = {case.baseline_tau:g}"))
 
 
+def predict_cases(cases: list[Case], progress: Callable[[int, int], None] | None = None
+                  ) -> list[Reproduced]:
+    """Every case predicted, in order; `progress(done, total)` after each."""
+    rows = []
+    for case in cases:
+        rows.append(Reproduced(case, predict_case(case)))
+        if progress is not None:
+            progress(len(rows), len(cases))
+    return rows
+
+
 def reproduce(path: str | Path) -> list[Reproduced]:
     """Every case under `path` (a TOML file or a folder of them), predicted."""
-    return [Reproduced(case, predict_case(case)) for case in read_cases(path)]
+    return predict_cases(read_cases(path))
 
 
 @dataclass(frozen=True)
