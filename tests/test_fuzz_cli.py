@@ -44,6 +44,7 @@ BASE: dict[str, tuple[str, ...]] = {
                     "--prompts", "builtin:sql", "--device", "cpu"),
     "sweep": ("{tmp}/s.toml", "-o", "{tmp}/s.parquet"),
     "reproduce": (str(PAPERS / "hydra.toml"),),
+    "accuracy": ("--root", str(PAPERS.parents[1]), "-o", "{tmp}/accuracy.md"),
     "dashboard": ("{tmp}",),
     "demo": ("--quick", "--out", "{tmp}/demo"),
 }

@@ -2,9 +2,10 @@
 
 The commands live in `predict` (cost, optimize-tree, reproduce), `simulate` (simulate, sweep),
 `serve` (serve-bench), `measure` (profile-hw, validate, generate, collect, trace synth, zoo
-train), `adapt` (online drafter adaptation), `interop` (export, trace import) and `report`
-(dashboard, demo); `help` makes their help read like click's. This module holds the typer
-apps, registers the commands with an example each, and turns errors into one line.
+train), `adapt` (online drafter adaptation), `interop` (export, trace import), `accuracy` (the
+accuracy page) and `report` (dashboard, demo); `help` makes their help read like click's. This
+module holds the typer apps, registers the commands with an example each, and turns errors into
+one line.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Annotated
 import typer
 
 from specscope import __version__
-from specscope.cli import adapt, interop, measure, predict, report, serve, simulate
+from specscope.cli import accuracy, adapt, interop, measure, predict, report, serve, simulate
 from specscope.cli.compat import USAGE_ERRORS, NoArgsIsHelpError
 from specscope.cli.help import APP_SETTINGS, Command, example
 from specscope.errors import InputError, InputWarning, first_line
@@ -75,6 +76,7 @@ COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], .
       "    --rate 4 --requests 16 --output-len 32 --max-batch 4 --device cpu")),
     (app, "sweep", simulate.sweep, ("specscope sweep examples/sweep.toml -o out/sweep.parquet",)),
     (app, "reproduce", predict.reproduce, ("specscope reproduce examples/papers --json",)),
+    (app, "accuracy", accuracy.accuracy, ("specscope accuracy --check",)),
     (app, "dashboard", report.dashboard,
      ("specscope dashboard out/demo -o out/demo/report.html",)),
     (app, "demo", report.demo, ("specscope demo --quick --out out/demo",)),
