@@ -10,7 +10,9 @@
 4. validate predictions against real runs on this CPU (held-out prompts);
 5. decode with this machine's predicted best tree, checked lossless against autoregressive;
    then price every seed system's published setup against its paper (`reproduce` of the
-   checkout's examples/papers, copied into the folder for the dashboard);
+   checkout's examples/papers, copied into the folder for the dashboard) and write the
+   accuracy document (`specscope accuracy --json`: every published set and the committed
+   validation runs, a few seconds) for the dashboard's predicted-against-published figure;
 6. write the dashboard of everything above.
 
 `--quick` shrinks stages 3 and 4 (fewer rates and requests; three validated configurations on
@@ -66,9 +68,11 @@ def run_demo(seed: int, console: Console, out: Path = DEMO_DIR, quick: bool = Fa
 
 
 def _papers(out: Path, console: Console) -> None:
-    """The seed systems against their papers, from the checkout's scenario files."""
+    """The seed systems against their papers, from the checkout's scenario files, and the
+    checkout's accuracy document (`accuracy.json`)."""
     from specscope.systems.reproduce import reproduce
     from specscope.tables import reproduce_table
+    from specscope.validate.accuracy import build_accuracy
 
     if not PAPERS.is_dir():
         console.print(f"[bold]5. Papers[/]: no {PAPERS} (not a source checkout): skipped")
@@ -78,6 +82,14 @@ def _papers(out: Path, console: Console) -> None:
     for path in sorted(PAPERS.glob("*.toml")):
         write_text_atomic(folder / path.name, path.read_text())
     console.print(reproduce_table(reproduce(folder)))
+    with console.status("5. pricing every published set (specscope accuracy)"):
+        try:
+            accuracy = build_accuracy(PAPERS.parents[1])
+        except InputError as exc:  # a checkout without the committed benchmark results
+            console.print(f"[bold]5. Accuracy[/]: skipped ({exc})")
+            return
+    path = write_text_atomic(out / "accuracy.json", json.dumps(accuracy.to_dict(), indent=2))
+    console.print(f"[bold]5. Accuracy[/] → {path}: {accuracy.headline()}")
 
 
 def _measure(out: Path, console: Console) -> Path:

@@ -1,18 +1,24 @@
 """`specscope accuracy`: the committed page is what the command writes; the group arithmetic
 (median, p90, worst, signed median, anchored rows, kinds of assumption) on handmade rows; the
 readers of the committed validation runs; `--check`, the page rewritten in place, and bad input
-(exit 2, one line, nothing written)."""
+(exit 2, one line, nothing written); the dashboard's figure of its `--json` document."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import io
 import json
 from pathlib import Path
 
 import pytest
 from conftest import Cli
+from dashboard_fixture import external_references
+from rich.console import Console
 
+from specscope import demo
+from specscope.dashboards import build_report, load_results
+from specscope.dashboards.accuracy import accuracy_section
 from specscope.errors import InputError
 from specscope.validate import accuracy as acc
 from specscope.validate.accuracy import (
@@ -304,3 +310,52 @@ def test_a_missing_published_set_is_one_line(tmp_path: Path) -> None:
         target.symlink_to(source, target_is_directory=source.is_dir())
     with pytest.raises(InputError, match=r"examples/papers: no such scenario file or folder"):
         build_accuracy(tmp_path)
+
+
+# ---- the dashboard -------------------------------------------------------------------------
+
+
+def test_the_dashboard_draws_every_speedup_row_by_family(tmp_path: Path) -> None:
+    rate = dataclasses.replace(_point(0.2, family="rest"), compared="tokens/s", predicted=120.0,
+                               published=100.0)
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "accuracy.json").write_text(json.dumps(_accuracy((*SMALL, rate)).to_dict()))
+    report = build_report(folder, tmp_path / "report.html")
+    assert [s.key for s in report.drawn] == ["accuracy"]
+    assert external_references(report.path.read_text()) == []
+    (drawn,) = report.drawn
+    assert drawn.sources == ("accuracy.json",)
+    points = [t for t in drawn.figure.data if t.mode == "markers" and t.x != (None,)]
+    assert [t.name for t in points] == ["draft-model", "head"]  # the tokens/s row is left out
+    for trace in points:
+        rows = [p for p in SMALL if p.family == trace.name]
+        assert list(trace.x) == [p.published for p in rows]
+        assert list(trace.y) == [p.predicted for p in rows]
+        assert trace.marker.symbol == "circle"
+    (marker,) = [t for t in drawn.figure.data if t.x == (None,)]
+    assert marker.name == "examples/made-up"
+
+
+def test_a_malformed_accuracy_document_is_one_line_naming_it(cli: Cli, tmp_path: Path) -> None:
+    doc = _accuracy(SMALL).to_dict()
+    del doc["published"][0]["points"][1]["predicted"]
+    (tmp_path / "accuracy.json").write_text(json.dumps(doc))
+    code, _, err = cli("dashboard", tmp_path, "-o", tmp_path / "report.html")
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err == (f"specscope: error: {tmp_path / 'accuracy.json'}: published[0].points[1] "
+                   "lacks predicted\n")
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_the_demo_writes_the_accuracy_document_of_the_checkout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made, roots = _accuracy(SMALL), []
+    monkeypatch.setattr(acc, "build_accuracy", lambda root: roots.append(root) or made)
+    log = io.StringIO()
+    demo._papers(tmp_path, Console(file=log, width=200))
+    assert roots == [ROOT]
+    (found,) = load_results(tmp_path).accuracy
+    assert found == (tmp_path / "accuracy.json", json.loads(json.dumps(made.to_dict())))
+    assert f"5. Accuracy → {tmp_path / 'accuracy.json'}: {made.headline()}" in log.getvalue()
+    assert accuracy_section(load_results(tmp_path)).figure is not None

@@ -44,10 +44,8 @@ def accuracy(
         task = bar.add_task("reproducing", total=None)
         result = build_accuracy(root, lambda done, total: bar.update(task, completed=done,
                                                                      total=total))
-    overall = "; ".join(f"{s.folder} {s.overall.rows} rows, |error| median "
-                        f"{s.overall.median:.1%}" for s in result.published)
     if as_json:
-        _emit(result.to_dict(), True, output, overall)
+        _emit(result.to_dict(), True, output, result.headline())
         return
     page = render_page(result)
     if check:
@@ -59,4 +57,4 @@ def accuracy(
         console.print(f"{path} is up to date", highlight=False, markup=False, soft_wrap=True)
         return
     write_text_atomic(path, page)
-    _wrote(path, overall, False)
+    _wrote(path, result.headline(), False)

@@ -17,7 +17,9 @@ skipped) and recognised as:
 - a trace: schema-v1 parquet (`specscope collect`, `trace synth`);
 - a benchmark with verification step times: `benchmarks/results/gpu_verify-*.json`;
 - a hardware profile: a TOML with `[compute]` and `[memory]` tables (`profile-hw`);
-- a paper scenario: a TOML of `[[case]]` tables (`examples/papers/`, `specscope reproduce`).
+- a paper scenario: a TOML of `[[case]]` tables (`examples/papers/`, `specscope reproduce`);
+- the accuracy document (`specscope accuracy --json`): every published row predicted against
+  published, and the committed validation runs.
 
 A file that cannot be parsed is an `InputError` naming it; a parseable file of none of these
 kinds is listed as ignored.
@@ -51,6 +53,9 @@ RESULT_KEYS = ("algo", "n", "depth", "expected_tokens", "step_time_ms", "tokens_
                "speedup", "tree")
 """Keys every `results` row of optimize-tree output has."""
 VALIDATE_COLUMNS = ("config", "predicted_tokens_per_s", "measured_tokens_per_s")
+ACCURACY_POINT_KEYS = ("name", "family", "engine", "hardware", "batch", "compared", "predicted",
+                       "published", "rel_err")
+"""What the accuracy figure reads of every published row (`validate.accuracy.Point`)."""
 LOAD_SIDES = (("simulated", "sim_"), ("measured", "real_"))
 """The two sides of a `validate --load` cell and their column prefixes in its parquet."""
 LOAD_KEYS = tuple(key for key, _ in load_report.METRICS.values())
@@ -115,6 +120,7 @@ class Results:
     benchmarks: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     profiles: list[tuple[Path, HardwareProfile]] = field(default_factory=list)
     scenarios: list[Case] = field(default_factory=list)
+    accuracy: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     ignored: list[tuple[Path, str]] = field(default_factory=list)
 
     def name(self, path: Path) -> str:
@@ -126,7 +132,8 @@ class Results:
         """How many files were recognised."""
         return sum(len(x) for x in (self.optimized, self.trees, self.simulations,
                                     self.validations, self.load_validations, self.sweeps,
-                                    self.traces, self.benchmarks, self.profiles)
+                                    self.traces, self.benchmarks, self.profiles,
+                                    self.accuracy)
                    ) + len({c.where for c in self.scenarios})
 
 
@@ -183,6 +190,8 @@ def _json(path: Path, results: Results) -> None:
         results.load_validations.append(_load_doc(doc, path))
     elif "provenance" in doc and "steps" in doc:
         results.benchmarks.append((path, doc))
+    elif "published" in doc and "validation" in doc:
+        results.accuracy.append((path, _accuracy_doc(doc, path)))
     elif "provenance" in doc:
         results.ignored.append((path, "benchmark without verification step times (not drawn)"))
     else:
@@ -202,6 +211,25 @@ def _optimize_doc(doc: dict[str, Any], path: Path) -> dict[str, Any]:
             row["tree"] = Tree.from_dict(row["tree"])
         except InputError as exc:
             raise InputError(f"{path}: results[{i}].tree: {exc}") from None
+    return doc
+
+
+def _accuracy_doc(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The accuracy document, checked: every published set has a name and rows with the keys
+    the figure reads."""
+    sets = doc["published"]
+    if not isinstance(sets, list) or not sets:
+        raise InputError(f"{path}: accuracy output without published sets")
+    for i, s in enumerate(sets):
+        points = s.get("points") if isinstance(s, dict) else None
+        if not isinstance(points, list) or "set" not in s:
+            raise InputError(f"{path}: published[{i}] lacks set or points")
+        for j, point in enumerate(points):
+            missing = [k for k in ACCURACY_POINT_KEYS
+                       if not isinstance(point, dict) or k not in point]
+            if missing:
+                raise InputError(f"{path}: published[{i}].points[{j}] lacks "
+                                 f"{', '.join(missing)}")
     return doc
 
 

@@ -160,6 +160,11 @@ class Accuracy:
         kinds = dict.fromkeys(k for s in self.published for g in s.groups[:-1] for k in g.assumed)
         return {kind: (f"A{i}", rows[kind]) for i, kind in enumerate(kinds, start=1)}
 
+    def headline(self) -> str:
+        """One line: each published set's rows and median |error|."""
+        return "; ".join(f"{s.folder} {s.overall.rows} rows, |error| median "
+                         f"{s.overall.median:.1%}" for s in self.published)
+
     def to_dict(self) -> dict[str, Any]:
         """The `--json` document: per published set its groups, overall error and rows; the
         validation runs and step-time fits as read."""
