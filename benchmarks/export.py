@@ -23,6 +23,7 @@ from optimizers import timed  # benchmarks/optimizers.py (scripts run from bench
 from rich.console import Console
 from rich.table import Table
 
+from specscope.hw_profiles.deployment import deployment
 from specscope.interop.document import optimized_export
 from specscope.names import EXPORT_ENGINES
 from specscope.optimizers.run import OptimizeRequest, run_optimize
@@ -44,7 +45,9 @@ def main() -> None:
                     "predicted", "unconstrained", "lost"):
             table.add_column(col, justify="right")
         for budget in (int(b) for b in args.budgets.split(",")):
-            request = OptimizeRequest(hw="h100", trace_path=trace, budget=budget)
+            request = OptimizeRequest(
+                deployment=deployment("h100"),
+                trace_path=trace, budget=budget)
             base, result = timed(lambda request=request: run_optimize(request))
             for engine in EXPORT_ENGINES:
                 spent, doc = timed(lambda engine=engine, result=result:

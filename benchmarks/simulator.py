@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from specscope.hw_profiles.deployment import deployment
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.tree import Tree
 
@@ -29,10 +30,11 @@ TREE = Tree.from_rank_paths([(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)],
 
 def measure(tree: Path, batch: int, requests: int) -> tuple[float, int, float]:
     """(wall seconds, simulated tokens, mean batch) of one run."""
-    req = SimulateRequest(hw="h100", target="llama-3.1-8b", drafter="llama-3.2-1b",
-                          policy="static", tree=tree, acceptance=(0.6, 0.2, 0.1), rate=1e6,
-                          requests=requests, max_batch=batch, prompt_len="512",
-                          output_len="256", seed=0)
+    req = SimulateRequest(
+        deployment=deployment("h100", target="llama-3.1-8b", drafter="llama-3.2-1b",
+                              max_batch=batch),
+        policy="static", tree=tree, acceptance=(0.6, 0.2, 0.1), rate=1e6, requests=requests,
+        prompt_len="512", output_len="256", seed=0)
     start = time.perf_counter()
     result = run_simulation(req)
     wall = time.perf_counter() - start

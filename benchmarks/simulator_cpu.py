@@ -27,6 +27,7 @@ from specscope.executor.collect import collect
 from specscope.executor.generate import generate
 from specscope.executor.runtime import Runtime
 from specscope.hw_profiles import load_profile
+from specscope.hw_profiles.deployment import deployment
 from specscope.profiling.drift import machine_drift
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.tree import Tree
@@ -40,8 +41,8 @@ def simulated_tokens_per_s(trace: object, folder: Path) -> float:
     chain = folder / "chain.json"
     chain.write_text(Tree.chain(BUDGET - 1, "ngram").to_json())
     sim = run_simulation(SimulateRequest(
-        hw="cpu-2core", target="tiny-code", drafter="ngram", trace=trace, policy="static",
-        tree=chain, runtime="eager", rate=1e-6, requests=N, seed=0))
+        deployment=deployment("cpu-2core", target="tiny-code", drafter="ngram", runtime="eager"),
+        trace=trace, policy="static", tree=chain, rate=1e-6, requests=N, seed=0))
     r = sim.requests
     return float(r["tokens"].sum() / (r["finish_s"] - r["prefill_done_s"]).sum())
 

@@ -29,6 +29,7 @@ from rich.table import Table
 
 from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
+from specscope.hw_profiles.deployment import deployment
 from specscope.hw_profiles.profile import DATA_DIR
 from specscope.optimizers.run import OptimizeRequest, OptimizeResult, run_optimize
 from specscope.optimizers.scoring import Score
@@ -133,8 +134,9 @@ def _optimize(out: Path, synthetic: Path, real: Path, cpu_profile: Path, console
         summary.add_column(column, justify="left" if column in ("hardware", "method",
                                                                  "runtime") else "right")
     for hw in sorted(p.stem for p in DATA_DIR.glob("*.toml")):
-        request = OptimizeRequest(hw=hw, trace_path=synthetic, target=SIM_TARGET,
-                                  drafter=SIM_DRAFT, budgets=DEMO_BUDGETS)
+        request = OptimizeRequest(
+            deployment=deployment(hw, target=SIM_TARGET, drafter=SIM_DRAFT),
+            trace_path=synthetic, budgets=DEMO_BUDGETS)
         with console.status(f"2. optimising trees for {hw}"):
             try:
                 result = run_optimize(request)
@@ -147,8 +149,9 @@ def _optimize(out: Path, synthetic: Path, real: Path, cpu_profile: Path, console
                         f"{best.expected_tokens:.2f}", f"{best.step_time_s * 1e3:.2f}",
                         f"{best.speedup:.2f}×")
     console.print(summary)
-    result = run_optimize(OptimizeRequest(hw=str(cpu_profile), trace_path=real, source="ngram",
-                                          budgets=[4, 8, 16], algos="sequoia,goose,chain"))
+    result = run_optimize(OptimizeRequest(
+        deployment=deployment(str(cpu_profile)),
+        trace_path=real, source="ngram", budgets=[4, 8, 16], algos="sequoia,goose,chain"))
     written["this-machine"] = _write(folder / "this-machine.json", result)
     console.print(optimize_table(result))
     return written, result.comparison.scores[0]
@@ -174,10 +177,9 @@ def _simulate(out: Path, synthetic: Path, trees: dict[str, Path], seed: int, qui
     for policy in SIM_POLICIES:
         for rate in SIM_RATES[quick]:
             request = SimulateRequest(
-                hw=SIM_HW, target=SIM_TARGET, drafter=SIM_DRAFT, trace=trace,
-                policy=policy, tree=trees[SIM_HW] if policy == "static" else None,
-                budget=16, rate=rate, requests=SIM_REQUESTS[quick], max_batch=64, seed=seed,
-                against_plain=False)
+                deployment=deployment(SIM_HW, target=SIM_TARGET, drafter=SIM_DRAFT, max_batch=64),
+                trace=trace, policy=policy, tree=trees[SIM_HW] if policy == "static" else None,
+                budget=16, rate=rate, requests=SIM_REQUESTS[quick], seed=seed, against_plain=False)
             with console.status(f"3. simulating {policy} at {rate:g} requests/s"):
                 result = run_simulation(request)
             write_metrics(out / "simulate" / f"{policy}-rate{rate:g}.parquet", result.requests,

@@ -13,6 +13,7 @@ from pathlib import Path
 from plotly.offline import get_plotlyjs
 
 from specscope.atomic import write_text_atomic
+from specscope.hw_profiles.deployment import deployment
 from specscope.optimizers.run import OptimizeRequest, run_optimize
 from specscope.simulator.metrics import write_metrics
 from specscope.simulator.run import SimulateRequest, run_simulation
@@ -31,14 +32,15 @@ def build_results(folder: Path, validate: bool = False) -> Path:
     trace = synth_trace(requests=16, seed=0, length=128)
     trace_path = write_trace(trace, folder / "trace.parquet")
     for hw in HARDWARE:
-        result = run_optimize(OptimizeRequest(hw=hw, trace_path=trace_path, budgets=[4, 8, 16, 32],
-                                              algos="sequoia,dyspec,kary,chain"))
+        result = run_optimize(OptimizeRequest(
+            deployment=deployment(hw),
+            trace_path=trace_path, budgets=[4, 8, 16, 32], algos="sequoia,dyspec,kary,chain"))
         write_text_atomic(folder / f"trees-{hw}.json", json.dumps(result.to_dict(), indent=2))
     for policy in POLICIES:
         for rate in RATES:
             run = run_simulation(SimulateRequest(
-                hw="h100", target="llama-2-7b", trace=trace, policy=policy, rate=rate,
-                requests=24, seed=0,
+                deployment=deployment("h100", target="llama-2-7b"),
+                trace=trace, policy=policy, rate=rate, requests=24, seed=0,
                 tree=folder / "trees-h100.json" if policy == "static" else None))
             write_metrics(folder / "simulate" / f"{policy}-{rate:g}.parquet", run.requests,
                           run.summary, run.timeseries, run.events)

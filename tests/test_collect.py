@@ -12,6 +12,7 @@ from specscope.executor.collect import collect, collect_tokens
 from specscope.executor.drafters import make_drafter
 from specscope.executor.loop import decode_speculative
 from specscope.executor.methods import static_method
+from specscope.hw_profiles.deployment import deployment
 from specscope.models.zoo import weights_path
 from specscope.optimizers.baselines import best_first_tree
 from specscope.optimizers.run import OptimizeRequest, run_optimize
@@ -60,7 +61,9 @@ def test_collected_trace_validates_and_drives_optimize_tree(models, prompts, tmp
     drafts = df.filter(pl.col("source") == f"draft:{DRAFT_NAME}")
     assert (drafts.get_column("rank") == 0).mean() > 0.5  # the draft agrees with the target
 
-    doc = run_optimize(OptimizeRequest(hw="cpu-2core", trace_path=path, budget=16)).to_dict()
+    doc = run_optimize(OptimizeRequest(
+        deployment=deployment("cpu-2core"),
+        trace_path=path, budget=16)).to_dict()
     assert doc["source"] == f"draft:{DRAFT_NAME}"
     assert {r["algo"] for r in doc["results"]} >= {"sequoia", "chain"}
     assert all(r["n"] <= 16 and r["replay_tokens"] >= 1 for r in doc["results"])

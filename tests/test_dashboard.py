@@ -20,6 +20,7 @@ from specscope.dashboards.fronts import sweep_fronts
 from specscope.dashboards.hardware import analytic_table
 from specscope.dashboards.serving import serving_table
 from specscope.dashboards.trees import tree_layout
+from specscope.hw_profiles.deployment import deployment
 from specscope.optimizers.run import OptimizeRequest, run_optimize
 from specscope.sweeps import run_sweep
 from specscope.trace import AcceptanceModel, read_trace
@@ -115,9 +116,9 @@ def test_hardware_cells_equal_optimize_tree_on_the_same_inputs(folder: Path) -> 
                         weight_bits=16).row(0, named=True)
     trace = read_trace(folder / "trace.parquet")
     result = run_optimize(OptimizeRequest(
-        hw="h100", trace_path=folder / "trace.parquet", source="draft:llama-68m",
-        target="llama-3.1-8b", drafter="llama-68m", algos="sequoia", budgets=[8, 16, 32, 64],
-        runtime="graph", context=int(trace.mean_context_len)))
+        deployment=deployment("h100", target="llama-3.1-8b", drafter="llama-68m", runtime="graph"),
+        trace_path=folder / "trace.parquet", source="draft:llama-68m", algos="sequoia",
+        budgets=[8, 16, 32, 64], context=int(trace.mean_context_len)))
     assert cell["speedup"] == pytest.approx(result.comparison.scores[0].speedup, rel=1e-12)
     assert cell["n"] == result.comparison.scores[0].n
     tpu = table.filter(hardware="tpu-v5e", target="llama-3.1-8b", weight_bits=16)

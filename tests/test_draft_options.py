@@ -11,7 +11,8 @@ import pytest
 
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.cost_report import cost_report
-from specscope.hw_profiles.pricing import for_engine
+from specscope.hw_profiles.deployment import deployment
+from specscope.hw_profiles.pricing import deployed
 from specscope.models import get_model
 from specscope.optimizers.run import OptimizeRequest, run_optimize
 
@@ -34,9 +35,9 @@ def test_each_option_at_its_limit_prices_as_today(cli, extra: tuple) -> None:
 
 def step(draft_window: int | None = None, context: int = 4096, batch: int = 1) -> float:
     hw = load_profile("h100")
-    pricing = for_engine(None, CostModel(hw, get_model("llama-3.1-8b")),
-                         CostModel(hw, get_model("llama-3.2-1b")), context, batch,
-                         draft_window=draft_window)
+    pricing = deployed(deployment("h100", draft_window=draft_window),
+                       CostModel(hw, get_model("llama-3.1-8b")),
+                       CostModel(hw, get_model("llama-3.2-1b")), context, batch)
     return pricing.level_s("draft", 4)
 
 
@@ -58,10 +59,14 @@ def test_draft_tp_shards_the_draft() -> None:
     spec = get_model("llama-3.2-1b")
     one, two = (CostModel(hw, spec, tp=tp).forward_time(16, 4, 4096) for tp in (1, 2))
     assert two != one  # half the weights per device, plus the all-reduces
-    request = dict(hw="h100", acceptance=[0.6, 0.2], budget=8, target="llama-3.1-8b",
-                   drafter="llama-3.2-1b", batch=16)
-    assert run_optimize(OptimizeRequest(**request, draft_tp=2)).comparison.scores[0].speedup != \
-        run_optimize(OptimizeRequest(**request)).comparison.scores[0].speedup
+    stated = dict(target="llama-3.1-8b", drafter="llama-3.2-1b", batch=16)
+
+    def best(**draft: int) -> float:
+        setup = deployment("h100", **stated, **draft)
+        return run_optimize(OptimizeRequest(setup, acceptance=[0.6, 0.2], budget=8)
+                            ).comparison.scores[0].speedup
+
+    assert best(draft_tp=2) != best()
 
 
 @pytest.mark.parametrize(("engine", "sharded"), [("vllm", True), ("sglang", True),
@@ -108,6 +113,6 @@ def test_bad_draft_options_exit_2(cli, tmp_path, args: tuple, word: str) -> None
 
 
 def test_cost_stages_and_a_system_do_not_mix(cli) -> None:
-    code, _, err = cli("cost", "--hw", "h100", "--model", "llama-3.1-8b", "--stages", 2,
+    code, _, err = cli("cost", "--hw", "h100", "--target", "llama-3.1-8b", "--stages", 2,
                        "--system", "medusa")
     assert code == 2 and "--stages" in err

@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 from specscope.cli import app, main
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.deployment import deployment
 from specscope.hw_profiles.engine import ENGINE_NAMES, host_scale, load_engine
 from specscope.hw_profiles.loop import SERVER_TERMS, LoopCosts
-from specscope.hw_profiles.pricing import Pricing, for_engine
+from specscope.hw_profiles.pricing import Pricing, deployed
 from specscope.models import get_model
 from specscope.simulator.policies.base import Speculation
 from specscope.simulator.pricing import BatchPricer
@@ -23,6 +24,14 @@ from specscope.tree import Tree
 
 TREES = [Tree.chain(5, "draft"), Tree(np.array([-1, 0, 0, 1, 1, 2]), np.array([0, 0, 1, 0, 1, 0]),
                                       ("root", *["draft"] * 5))]
+
+
+def on_engine(engine: str | None, target: CostModel, draft: CostModel | None, context: int,
+              batch: int = 1, **stated: str) -> Pricing:
+    """`Pricing` of the models as the deployment of `engine` and the `stated` options runs
+    them."""
+    return deployed(deployment(target.hw.name, engine=engine, **stated), target, draft, context,
+                    batch)
 
 
 def _engine_file(tmp_path: Path, body: str, sources: str = 'loop = "test"\n') -> str:
@@ -48,7 +57,7 @@ def test_an_engine_with_the_boxs_own_loop_and_one_runtime_prices_as_before(
     target, draft = _models(hw, runtime)
     before = Pricing(target, draft, 700)
     for engine in (path, "specscope"):
-        after = for_engine(engine, target, draft, 700, runtime=runtime)
+        after = on_engine(engine, target, draft, 700, runtime=runtime)
         for tree in TREES:
             assert after.tree_step_s(tree) == pytest.approx(before.tree_step_s(tree), rel=1e-9)
         assert after.autoregressive_s == pytest.approx(before.autoregressive_s, rel=1e-9)
@@ -58,13 +67,13 @@ def test_an_engine_with_the_boxs_own_loop_and_one_runtime_prices_as_before(
 def test_an_engine_with_zero_bookkeeping_prices_a_gpu_as_before(tmp_path: Path) -> None:
     path = _engine_file(tmp_path, '[loop]\nstep_us = 0')
     target, draft = _models("h100")
-    before, after = Pricing(target, draft, 512), for_engine(path, target, draft, 512)
+    before, after = Pricing(target, draft, 512), on_engine(path, target, draft, 512)
     assert after.tree_step_s(TREES[1]) == pytest.approx(before.tree_step_s(TREES[1]), rel=1e-9)
 
 
 def test_no_engine_is_todays_pricing() -> None:
     target, draft = _models("a100")
-    assert for_engine(None, target, draft, 512).tree_step_s(TREES[1]) == \
+    assert on_engine(None, target, draft, 512).tree_step_s(TREES[1]) == \
         Pricing(target, draft, 512).tree_step_s(TREES[1])
 
 
@@ -99,15 +108,15 @@ def test_a_faster_host_issues_eager_steps_faster() -> None:
 
 def test_the_engines_runtimes_tree_attention_and_model_code_apply() -> None:
     target, draft = _models("a100")
-    priced = for_engine("research-hf", target, draft, 512)
+    priced = on_engine("research-hf", target, draft, 512)
     assert priced.target.runtime.name == "eager" and priced.drafter.runtime.name == "eager"
     ratio = load_engine("research-hf").host_layer_ratio
     assert priced.target.runtime.host_layer_s == pytest.approx(
         target.hw.runtimes["eager"].host_layer_s * ratio)
-    mixed = for_engine("research-hf", target, draft, 512, draft_runtime="graph")
+    mixed = on_engine("research-hf", target, draft, 512, draft_runtime="graph")
     assert mixed.drafter.runtime.name == "graph" and mixed.target.runtime.name == "eager"
     # a Spec-Bench-style baseline: stock generate pays its own work per token
-    stock = for_engine("research-hf", target, draft, 512, baseline_engine="hf-eager")
+    stock = on_engine("research-hf", target, draft, 512, baseline_engine="hf-eager")
     assert stock.autoregressive_s == pytest.approx(
         priced.autoregressive_s + load_engine("hf-eager").loop_costs(target.hw).baseline_token)
 
@@ -116,7 +125,7 @@ def test_a_serving_engine_computes_a_prompts_logits_at_its_last_position_only() 
     """vLLM's prompt forward runs the lm_head on one token per sequence; decoding and
     verification keep every position's logits."""
     target, draft = _models("h100")
-    priced = for_engine("vllm", target, draft, 512, batch=8)
+    priced = on_engine("vllm", target, draft, 512, batch=8)
     plain = priced.target.under(prompt_logits="all")
     assert priced.target.prompt_logits == "last" and priced.drafter.prompt_logits == "last"
     assert priced.baseline.prompt_logits == "last"
@@ -128,12 +137,12 @@ def test_a_serving_engine_computes_a_prompts_logits_at_its_last_position_only() 
     assert head(priced.target, 5, 512) == head(plain, 5, 512) == 8 * 5
     assert priced.target.forward_time(8, 512, 0) < plain.forward_time(8, 512, 0)
     assert priced.target.forward_time(8, 5, 512) == pytest.approx(plain.forward_time(8, 5, 512))
-    assert for_engine("research-hf", target, draft, 512).target.prompt_logits == "all"
+    assert on_engine("research-hf", target, draft, 512).target.prompt_logits == "all"
 
 
 def test_a_chain_only_engine_refuses_a_branching_tree() -> None:
     target, draft = _models("a100")
-    priced = for_engine("hf-eager", target, draft, 512)
+    priced = on_engine("hf-eager", target, draft, 512)
     assert priced.tree_step_s(TREES[0]) > 0
     with pytest.raises(InputError, match="verifies chains only"):
         priced.tree_step_s(TREES[1])
@@ -175,7 +184,7 @@ def test_every_shipped_engine_prices_a_step_on_every_gpu_profile(name: str) -> N
     engine = load_engine(name)
     for hw in ("a100", "h100", "h200", "rtx-3090", "l40"):
         target, draft = _models(hw)
-        priced = for_engine(engine, target, draft, 512)
+        priced = on_engine(name, target, draft, 512)
         assert priced.tree_step_s(TREES[0]) > priced.autoregressive_s > 0
     # Python loops pay host work per step on a GPU; the C++ runtimes state none
     step = engine.loop_costs(load_profile("h100")).step
@@ -183,7 +192,7 @@ def test_every_shipped_engine_prices_a_step_on_every_gpu_profile(name: str) -> N
 
 
 @pytest.mark.parametrize("command", [
-    ["cost", "--hw", "a100", "--model", "llama-2-7b"],
+    ["cost", "--hw", "a100", "--target", "llama-2-7b"],
     ["optimize-tree", "--hw", "a100", "--acceptance", "0.5", "--budget", "4"],
     ["simulate", "--hw", "a100", "--target", "llama-2-7b", "--rate", "1", "--requests", "2",
      "--seed", "0"],
@@ -215,8 +224,8 @@ def test_simulate_prices_the_engines_loop() -> None:
 
     def run(engine: str | None) -> dict:
         return run_simulation(SimulateRequest(
-            hw="a100", target="llama-2-7b", drafter="llama-68m", acceptance=(0.5, 0.2, 0.1),
-            policy="dyspec", rate=1.0, requests=20, seed=0, engine=engine)).summary
+            deployment=deployment("a100", target="llama-2-7b", drafter="llama-68m", engine=engine),
+            acceptance=(0.5, 0.2, 0.1), policy="dyspec", rate=1.0, requests=20, seed=0)).summary
 
     plain, research = run(None), run("research-hf")
     assert research["engine"] == "research-hf" and plain["engine"] == "specscope"
@@ -266,7 +275,7 @@ def test_an_engines_work_per_accepted_token_is_paid_per_token_the_step_yields(
 
     path = _engine_file(tmp_path, '[loop]\naccepted_us = 100', 'loop = "test"\n')
     target, draft = _models("a100")
-    plain, compacting = Pricing(target, draft, 512), for_engine(path, target, draft, 512)
+    plain, compacting = Pricing(target, draft, 512), on_engine(path, target, draft, 512)
     assert compacting.bookkeeping_for(3.0) - plain.bookkeeping_for(3.0) == pytest.approx(3e-4)
     extra = (score_tree("x", TREES[1], 2.5, compacting).step_time_s
              - score_tree("x", TREES[1], 2.5, plain).step_time_s)
@@ -285,10 +294,10 @@ def test_an_engine_takes_only_the_measured_terms_it_names() -> None:
 def test_a_fused_engines_layers_cost_their_share_of_the_fixed_device_time(tmp_path: Path
                                                                           ) -> None:
     target, draft = _models("h100", "graph")
-    one = for_engine(_engine_file(tmp_path, 'target_runtime = "graph"\ndevice_layer_ratio = 1'),
+    one = on_engine(_engine_file(tmp_path, 'target_runtime = "graph"\ndevice_layer_ratio = 1'),
                      target, draft, 512)
     assert one.autoregressive_s == pytest.approx(Pricing(target, draft, 512).autoregressive_s)
-    half = for_engine(_engine_file(tmp_path, 'target_runtime = "graph"\ndevice_layer_ratio = 0.5',
+    half = on_engine(_engine_file(tmp_path, 'target_runtime = "graph"\ndevice_layer_ratio = 0.5',
                                    'loop = "x"\ndevice_layer_ratio = "x"\n'),
                       target, draft, 512)
     saved = 0.5 * target.runtime.layer_s * target.model.n_layers
@@ -298,11 +307,11 @@ def test_a_fused_engines_layers_cost_their_share_of_the_fixed_device_time(tmp_pa
 
 def test_a_draft_that_caches_its_levels_forwards_only_the_nodes_it_expands(tmp_path: Path) -> None:
     target, draft = _models("h100")
-    cached = load_engine(_engine_file(tmp_path, "draft_cache = true",
-                                      'loop = "x"\ndraft_cache = "x"\n'))
-    plain = load_engine(_engine_file(tmp_path, ""))
+    with_cache = on_engine(_engine_file(tmp_path, "draft_cache = true",
+                                        'loop = "x"\ndraft_cache = "x"\n'), target, draft, 512, 8)
+    without = on_engine(_engine_file(tmp_path, ""), target, draft, 512, 8)
+    cached, plain = with_cache.engine, without.engine
     tree = TREES[1]  # levels of 2 and 3 nodes under 1 and 2 parents
-    with_cache, without = (for_engine(e, target, draft, 512, 8) for e in (cached, plain))
     assert with_cache.draft_s(tree) == pytest.approx(
         with_cache.level_s("draft", 1, 1) + with_cache.level_s("draft", 2, 2), rel=1e-12)
     assert without.draft_s(tree) == pytest.approx(

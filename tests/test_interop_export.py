@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from specscope.errors import InputError
+from specscope.hw_profiles.deployment import deployment
 from specscope.interop import hf_transformers, sglang, tensorrt_llm, vllm
 from specscope.interop.document import optimized_export
 from specscope.interop.families import TopK, best_chain, best_levels, level_tree, topk_tree
@@ -23,8 +24,8 @@ P = [0.6, 0.2, 0.1, 0.05]
 
 
 def optimized(p=P, budget=16, hw="h100", **kw):
-    return run_optimize(OptimizeRequest(hw=hw, acceptance=list(p), budget=budget,
-                                        target="llama-3.1-8b", drafter="llama-68m", **kw))
+    setup = deployment(hw, target="llama-3.1-8b", drafter="llama-68m", **kw)
+    return run_optimize(OptimizeRequest(setup, acceptance=list(p), budget=budget))
 
 
 # ---- vLLM ---------------------------------------------------------------------------------
@@ -308,8 +309,9 @@ def test_transformers_refuses_a_branching_tree() -> None:
 @pytest.mark.parametrize("hw", ["h100", "a100", "cpu-2core"])
 @pytest.mark.parametrize("p", [P, [0.8, 0.1], [0.3, 0.2, 0.15, 0.1, 0.05]])
 def test_constrained_never_beats_unconstrained(hw: str, p: list[float]) -> None:
-    result = run_optimize(OptimizeRequest(hw=hw, acceptance=p, budget=12, target="llama-2-7b",
-                                          drafter="llama-68m"))
+    result = run_optimize(OptimizeRequest(
+        deployment=deployment(hw, target="llama-2-7b", drafter="llama-68m"),
+        acceptance=p, budget=12))
     for engine in ENGINES:
         doc = optimized_export(result, engine)
         assert doc["predicted"] <= doc["unconstrained"] + 1e-12
@@ -387,29 +389,29 @@ def test_export_cli(cli, tmp_path: Path) -> None:
     for engine in ENGINES:
         out = tmp_path / f"{engine}.json"
         code, stdout, err = cli("optimize-tree", "--hw", "h100", "--trace", trace, "--budget",
-                                16, "--export", engine, "-o", out)
+                                16, "--to", engine, "-o", out)
         assert code == 0, err
         doc = json.loads(out.read_text())
         assert {"engine", "config", "command", "predicted", "unconstrained"} <= set(doc)
         assert doc["predicted"] <= doc["unconstrained"]
         assert f"{engine} " in stdout and "unconstrained" in stdout
     code, out, _ = cli("optimize-tree", "--hw", "h100", "--trace", trace, "--budget", 16,
-                       "--export", "vllm")
+                       "--to", "vllm")
     assert code == 0 and "predicted" in out and "command: vllm serve" in out
     tree = tmp_path / "tree.json"
     assert cli("optimize-tree", "--hw", "h100", "--trace", trace, "--budget", 8, "--algo",
                "sequoia", "-o", tree)[0] == 0
-    code, out, err = cli("export", tree, "--engine", "tensorrt-llm", "--export-method",
+    code, out, err = cli("export", tree, "--to", "tensorrt-llm", "--export-method",
                          "Eagle3", "--json")
     assert code == 0, err
     assert trt_reads(json.loads(out)["config"])
 
 
 @pytest.mark.parametrize(("args", "word"), [
-    (("--export", "ollama"), "--export ollama"),
-    (("--export-method", "eagle"), "--export-method is used with --export only"),
-    (("--export", "vllm", "--export-method", "medusa"), "not a vllm method"),
-    (("--export", "sglang", "--source", "recycle"), "no proposer for source 'recycle'"),
+    (("--to", "ollama"), "--to ollama"),
+    (("--export-method", "eagle"), "--export-method is used with --to only"),
+    (("--to", "vllm", "--export-method", "medusa"), "not a vllm method"),
+    (("--to", "sglang", "--source", "recycle"), "no proposer for source 'recycle'"),
 ])
 def test_export_cli_refuses(cli, tmp_path: Path, args: tuple, word: str) -> None:
     trace = tmp_path / "x.parquet"
@@ -422,16 +424,16 @@ def test_export_cli_refuses(cli, tmp_path: Path, args: tuple, word: str) -> None
 def test_export_of_a_tree_an_engine_cannot_run(cli, tmp_path: Path) -> None:
     bare = tmp_path / "bare.json"
     bare.write_text(Tree.from_rank_paths([(0,), (1,), (0, 0)]).to_json())
-    code, _, err = cli("export", bare, "--engine", "vllm", "--target", "llama-3.1-8b")
+    code, _, err = cli("export", bare, "--to", "vllm", "--target", "llama-3.1-8b")
     assert code == 2 and "do not branch alike" in err
-    code, _, err = cli("export", bare, "--engine", "transformers", "--target", "x")
+    code, _, err = cli("export", bare, "--to", "transformers", "--target", "x")
     assert code == 2 and "draft chains" in err
-    code, _, err = cli("export", bare, "--engine", "vllm")
+    code, _, err = cli("export", bare, "--to", "vllm")
     assert code == 2 and "--target" in err
     # a bare tree names no draft model: no engine config gets a placeholder for it
-    code, _, err = cli("export", bare, "--engine", "sglang", "--target", "llama-3.1-8b")
+    code, _, err = cli("export", bare, "--to", "sglang", "--target", "llama-3.1-8b")
     assert code == 2 and "needs speculative_draft_model_path" in err
-    code, out, err = cli("export", bare, "--engine", "sglang", "--target", "llama-3.1-8b",
+    code, out, err = cli("export", bare, "--to", "sglang", "--target", "llama-3.1-8b",
                          "--drafter", "llama-68m", "--json")
     assert code == 0, err
     assert json.loads(out)["config"]["speculative_draft_model_path"] == "JackFram/llama-68m"

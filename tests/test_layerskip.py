@@ -33,6 +33,7 @@ from specscope.executor.generate import calibration, generate
 from specscope.executor.loop import decode_autoregressive, decode_speculative, speculative_generate
 from specscope.executor.methods import resolve_method, static_method
 from specscope.executor.targets import Model, load_model, wrap
+from specscope.hw_profiles.deployment import deployment
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Mamba2, Transformer
 from specscope.models.torch.hf import HFCausalLM
@@ -332,6 +333,8 @@ def test_optimize_tree_prices_the_drafter_as_the_target_with_its_kept_layers(
     assert settings["mean_layers"] == 3 and settings["target_layers"] == 4
     assert json.loads(json.dumps(settings))["options"]["skip"] == [2]
     path = write_trace(trace, tmp_path / "self.parquet")
-    doc = run_optimize(OptimizeRequest(hw="cpu-2core", trace_path=path, budget=8)).to_dict()
+    doc = run_optimize(OptimizeRequest(
+        deployment=deployment("cpu-2core"),
+        trace_path=path, budget=8)).to_dict()
     # the trace's target is not in the catalogue: priced on llama-2-7b, 3/4 of its 32 layers
     assert doc["source"] == LAYERSKIP and doc["drafter"] == "llama-2-7b[24/32 layers]"

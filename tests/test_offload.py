@@ -8,6 +8,7 @@ import pytest
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.deployment import deployment
 from specscope.models import get_model
 from specscope.models.ops import weight_bytes
 
@@ -60,9 +61,9 @@ def test_optimize_tree_chooses_bigger_trees_when_weights_stream() -> None:
 
     def best_speedup(offload: float, budget: int) -> float:
         result = run_optimize(OptimizeRequest(
-            hw="l40", target="llama-2-70b", drafter="llama-3.2-1b",
-            acceptance=[0.7, 0.15, 0.05, 0.03], algos="sequoia", budget=budget,
-            offload=offload))
+            deployment=deployment("l40", target="llama-2-70b", drafter="llama-3.2-1b",
+                                  offload=offload),
+            acceptance=[0.7, 0.15, 0.05, 0.03], algos="sequoia", budget=budget))
         return result.comparison.scores[0].speedup
 
     # the more of the weights stream every forward, the cheaper verifying one more token is,
@@ -78,8 +79,9 @@ def test_simulate_refuses_offload_with_a_system() -> None:
     from specscope.simulator.run import SimulateRequest, run_simulation
 
     with pytest.raises(InputError, match="--offload prices the plain target"):
-        run_simulation(SimulateRequest(hw="a100", target="llama-2-7b", rate=1.0, requests=2,
-                                       seed=0, offload=0.5, system="head"))
+        run_simulation(SimulateRequest(
+            deployment=deployment("a100", target="llama-2-7b", offload=0.5),
+            rate=1.0, requests=2, seed=0, system="head"))
 
 
 def test_simulate_serves_an_offloaded_target_slower() -> None:
@@ -87,7 +89,7 @@ def test_simulate_serves_an_offloaded_target_slower() -> None:
 
     def tpot(offload: float) -> float:
         return run_simulation(SimulateRequest(
-            hw="a100", target="llama-2-7b", rate=1.0, requests=5, seed=0,
-            offload=offload)).summary["mean_tpot_ms"]
+            deployment=deployment("a100", target="llama-2-7b", offload=offload),
+            rate=1.0, requests=5, seed=0)).summary["mean_tpot_ms"]
 
     assert tpot(0.5) > 2 * tpot(0.0)

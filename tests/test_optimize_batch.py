@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from specscope.hw_profiles.deployment import deployment
 from specscope.optimizers.run import OptimizeRequest, run_optimize
 
 ARGS = ("optimize-tree", "--hw", "a100", "--target", "llama-3.1-8b", "--drafter", "llama-3.2-1b",
@@ -15,9 +16,9 @@ ARGS = ("optimize-tree", "--hw", "a100", "--target", "llama-3.1-8b", "--drafter"
 
 
 def best(batch: int, hw: str = "h100") -> float:
-    return run_optimize(OptimizeRequest(hw=hw, acceptance=[0.6, 0.2, 0.1, 0.05],
-                                        budgets=[4, 8, 16, 32], target="llama-3.1-8b",
-                                        drafter="llama-68m", batch=batch)
+    return run_optimize(OptimizeRequest(
+        deployment=deployment(hw, target="llama-3.1-8b", drafter="llama-68m", batch=batch),
+        acceptance=[0.6, 0.2, 0.1, 0.05], budgets=[4, 8, 16, 32])
                         ).comparison.scores[0].speedup
 
 
@@ -46,7 +47,7 @@ def test_the_verdict_turns_to_no_speculation(cli) -> None:
 
 
 def test_export_says_when_nothing_pays(cli) -> None:
-    code, out, err = cli(*ARGS, "--batch", 256, "--export", "transformers")
+    code, out, err = cli(*ARGS, "--batch", 256, "--to", "transformers")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["predicted"] < 1 and any("no speculation pays" in n for n in doc["notes"])

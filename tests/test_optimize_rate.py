@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from specscope.hw_profiles.deployment import deployment
 from specscope.optimizers.run import OptimizeRequest
 from specscope.simulator.at_rate import choose_at_rate
 
@@ -16,8 +17,9 @@ ARGS = ("optimize-tree", "--hw", "h100", "--target", "llama-3.1-8b", "--drafter"
 
 
 def choose(rate: float, acceptance: list[float]):
-    return choose_at_rate(OptimizeRequest(hw="h100", target="llama-3.1-8b",
-                                          drafter="llama-68m", acceptance=acceptance, budget=8),
+    return choose_at_rate(OptimizeRequest(
+        deployment=deployment("h100", target="llama-3.1-8b", drafter="llama-68m"),
+        acceptance=acceptance, budget=8),
                           rate, requests=60, seed=3)
 
 
@@ -50,9 +52,19 @@ def test_same_seed_same_choice(cli) -> None:
     assert code == 0 and "served at 20 requests/s" in out
 
 
+def test_the_rate_is_served_under_every_deployment_and_workload_option(cli) -> None:
+    stated = ("--draft-window", 64, "--draft-tp", 2, "--draft-vocab", 16000, "--stages", 2,
+              "--weight-bits", 8, "--draft-runtime", "eager", "--engine", "vllm",
+              "--tree-attention", "dense", "--prompt-len", 128, "--output-len", 24)
+    code, out, err = cli(*ARGS, "--rate", 40, "--json", *stated)
+    assert code == 0, err
+    limited = json.loads(cli(*ARGS, "--rate", 40, "--json", *stated, "--max-batch", 2)[1])
+    assert max(c["mean_batch"] for c in limited["candidates"]) <= 2
+    assert json.loads(out)["candidates"] != limited["candidates"]
+
+
 @pytest.mark.parametrize(("extra", "word"), [
     (("--rate", 0), "--rate"), (("--rate", -1), "--rate"),
-    (("--rate", 5, "--draft-window", 64), "--draft-window"),
     (("--rate", 5, "--batch", 8), "--batch")])
 def test_bad_rates_exit_2(cli, extra: tuple, word: str) -> None:
     code, _, err = cli(*ARGS, *extra)

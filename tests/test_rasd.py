@@ -22,6 +22,7 @@ from specscope.executor.generate import generate
 from specscope.executor.loop import decode_speculative, speculative_generate
 from specscope.executor.methods import draft_static, dyspec_method, static_method
 from specscope.executor.targets import load_model
+from specscope.hw_profiles.deployment import deployment
 from specscope.models.zoo import weights_path
 from specscope.models.zoo.prompts import load_prompts
 from specscope.optimizers.baselines import best_first_tree
@@ -224,8 +225,9 @@ def test_replaying_a_rasd_trace_predicts_the_executors_steps_exactly(models, pro
 
 def test_optimize_tree_prices_a_rasd_source_as_its_draft_model(models, prompts, tmp_path) -> None:
     path = write_trace(rasd_trace(models, prompts[:3]), tmp_path / "rasd.parquet")
-    doc = run_optimize(OptimizeRequest(hw="cpu-2core", trace_path=path, budget=16,
-                                       source=f"rasd:{DRAFT_NAME}")).to_dict()
+    doc = run_optimize(OptimizeRequest(
+        deployment=deployment("cpu-2core"),
+        trace_path=path, budget=16, source=f"rasd:{DRAFT_NAME}")).to_dict()
     assert doc["source"] == f"rasd:{DRAFT_NAME}" and doc["drafter"] == DRAFT_NAME
     assert {r["algo"] for r in doc["results"]} >= {"sequoia", "chain"}
     assert all(r["n"] <= 16 and r["replay_tokens"] >= 1 for r in doc["results"])

@@ -13,6 +13,7 @@ import pytest
 from specscope.errors import InputError
 from specscope.executor.runtime import Runtime
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.deployment import deployment
 from specscope.hw_profiles.profile import DATA_DIR
 from specscope.hw_profiles.wake import Wake
 from specscope.models import get_model
@@ -81,10 +82,10 @@ def test_choosing_is_paid_per_step_by_a_choosing_policy_only(tmp_path: Path) -> 
         path.write_text(re.sub(r"(?m)^\[speculation\].*\n", lambda m: m.group(0) + keys, text),
                         encoding="utf-8")
         return run_simulation(SimulateRequest(
-            hw=str(path),
-            target="tiny-code", drafter="ngram", policy=policy, acceptance=(0.5,),
+            deployment=deployment(str(path), target="tiny-code", drafter="ngram", max_batch=4),
+            policy=policy, acceptance=(0.5,),
             tree=Tree.chain(3, "ngram") if policy == "static" else None, rate=2.0, requests=16,
-            max_batch=4, prompt_len="64", output_len="16", seed=3)).summary["mean_tpot_ms"]
+            prompt_len="64", output_len="16", seed=3)).summary["mean_tpot_ms"]
 
     # every step pays 2 ms more and yields at most 4 tokens (a chain of 3 and the bonus)
     assert tpot("smartspec", choose_step=2e-3, choose_row=0.0) > tpot(
@@ -132,10 +133,9 @@ def test_a_bad_idle_section_is_one_error_naming_it(tmp_path: Path, section: str,
 
 
 def _simulate(hw: str | Path, rate: float) -> dict:
-    return run_simulation(SimulateRequest(hw=str(hw), target="tiny-code", drafter=None,
-                                          policy="none", rate=rate, requests=24,
-                                          max_batch=4, prompt_len="64", output_len="16",
-                                          seed=3)).summary
+    return run_simulation(SimulateRequest(
+        deployment=deployment(str(hw), target="tiny-code", drafter=None, max_batch=4),
+        policy="none", rate=rate, requests=24, prompt_len="64", output_len="16", seed=3)).summary
 
 
 def test_a_prefill_after_a_gap_pays_the_wake_penalty(tmp_path: Path) -> None:

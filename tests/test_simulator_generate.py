@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from specscope.hw_profiles.deployment import deployment
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.tree import Tree
 
@@ -32,8 +33,8 @@ def test_the_simulator_takes_the_steps_generate_takes_on_this_cpu(tmp_path: Path
     chain = tmp_path / "chain.json"
     chain.write_text(Tree.chain(BUDGET - 1, "ngram").to_json())
     sim = run_simulation(SimulateRequest(
-        hw="cpu-2core", target="tiny-code", drafter="ngram", trace=trace, policy="static",
-        tree=chain, runtime="eager", rate=1e-6, requests=N, seed=0))
+        deployment=deployment("cpu-2core", target="tiny-code", drafter="ngram", runtime="eager"),
+        trace=trace, policy="static", tree=chain, rate=1e-6, requests=N, seed=0))
     starts = sim.events.filter(pl.col("event") == "step_start")
     # replay is exact and n-gram chains are cut alike: the same steps over the same trees
     assert sim.summary["acceptance"] == "replay"

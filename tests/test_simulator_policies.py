@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specscope.hw_profiles.deployment import deployment
 from specscope.optimizers.dyspec import draft_scores, dyspec_from_scores
 from specscope.optimizers.sequoia import SequoiaDP
 from specscope.optimizers.specdecpp_predictor import AcceptancePredictor, candidate_features
@@ -375,9 +376,10 @@ def test_static_tree_crosses_over_autoregressive_and_smartspec_follows_the_bette
     for (load, (rate, requests)), policy in itertools.product(
             LOADS.items(), ("none", "static", "smartspec")):
         req = SimulateRequest(
-            hw="h100", target="llama-3.1-8b", drafter="llama-3.2-1b", trace=trace,
-            policy=policy, tree=tree_file if policy == "static" else None, budget=16,
-            max_depth=8, rate=rate, requests=requests, max_batch=64, seed=0)
+            deployment=deployment("h100", target="llama-3.1-8b", drafter="llama-3.2-1b",
+                                  max_batch=64),
+            trace=trace, policy=policy, tree=tree_file if policy == "static" else None, budget=16,
+            max_depth=8, rate=rate, requests=requests, seed=0)
         runs[load, policy] = run_simulation(req).summary
     tpot = {p: runs["low", p]["mean_tpot_ms"] for p in ("none", "static", "smartspec")}
     tput = {p: runs["saturated", p]["throughput_tok_s"] for p in ("none", "static", "smartspec")}

@@ -164,13 +164,14 @@ def test_bookkeeping_is_paid_per_speculating_request() -> None:
 
 
 def test_an_engine_whose_step_runs_over_the_batch_pays_it_once_as_pricing_does() -> None:
-    from specscope.hw_profiles.engine import load_engine
-    from specscope.hw_profiles.pricing import for_engine
+    from specscope.hw_profiles.deployment import deployment
+    from specscope.hw_profiles.pricing import deployed
 
-    engine = load_engine("vllm")
+    setup = deployment("h100", engine="vllm", batch=16)
+    engine = setup.engine
     assert engine.batched_step and not engine.loop_costs(load_profile("h100")).step_per_row
-    priced = for_engine(engine, CostModel(load_profile("h100"), get_model("llama-3.1-8b")),
-                        CostModel(load_profile("h100"), get_model("llama-68m")), 300, 16)
+    priced = deployed(setup, CostModel(load_profile("h100"), get_model("llama-3.1-8b")),
+                      CostModel(load_profile("h100"), get_model("llama-68m")), 300)
     pricer = BatchPricer(priced.target, priced.drafter, "draft", engine=engine)
     chain = Speculation.of(Tree.chain(4, "draft"))
     for rows in (1, 16):

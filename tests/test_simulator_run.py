@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.deployment import deployment
 from specscope.hw_profiles.pricing import Pricing
 from specscope.models import ModelSpec, get_model, param_count
 from specscope.simulator.analytic import chain_tokens, tpot_s
@@ -34,10 +35,10 @@ def tree_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _request(tree_file: Path, **changes: object) -> SimulateRequest:
-    base = SimulateRequest(hw="h100", target="llama-3.1-8b", drafter=DRAFT, policy="static",
-                           tree=tree_file, acceptance=(0.6, 0.2, 0.1), rate=40.0, requests=60,
-                           max_batch=16, prompt_len="uniform:64:512",
-                           output_len="lognormal:96:0.6", seed=7)
+    base = SimulateRequest(
+        deployment=deployment("h100", target="llama-3.1-8b", drafter=DRAFT, max_batch=16),
+        policy="static", tree=tree_file, acceptance=(0.6, 0.2, 0.1), rate=40.0, requests=60,
+        prompt_len="uniform:64:512", output_len="lognormal:96:0.6", seed=7)
     return dataclasses.replace(base, **changes)
 
 
@@ -121,9 +122,9 @@ def test_at_vanishing_load_tpot_is_the_closed_form(tmp_path: Path, tree: Tree) -
     path.write_text(tree.to_json())
     prompt, output = 512, 2000
     result = run_simulation(SimulateRequest(
-        hw="h100", target="llama-3.1-8b", drafter=DRAFT, policy="static", tree=path,
-        acceptance=tuple(p), rate=1e-6, requests=40, prompt_len=str(prompt),
-        output_len=str(output), seed=3))
+        deployment=deployment("h100", target="llama-3.1-8b", drafter=DRAFT),
+        policy="static", tree=path, acceptance=tuple(p), rate=1e-6, requests=40,
+        prompt_len=str(prompt), output_len=str(output), seed=3))
     assert result.summary["peak_batch"] == 1
     profile = load_profile("h100")
     pricing = Pricing(CostModel(profile, get_model("llama-3.1-8b")),
@@ -133,8 +134,8 @@ def test_at_vanishing_load_tpot_is_the_closed_form(tmp_path: Path, tree: Tree) -
     expected_ms = tpot_s(pricing, tree, p) * 1e3
     assert result.summary["mean_tpot_ms"] == pytest.approx(expected_ms, rel=0.01)
     plain = run_simulation(SimulateRequest(
-        hw="h100", target="llama-3.1-8b", rate=1e-6, requests=3, prompt_len=str(prompt),
-        output_len=str(output), seed=3))
+        deployment=deployment("h100", target="llama-3.1-8b"),
+        rate=1e-6, requests=3, prompt_len=str(prompt), output_len=str(output), seed=3))
     assert plain.summary["mean_tpot_ms"] == pytest.approx(pricing.autoregressive_s * 1e3,
                                                           rel=0.01)
 
@@ -150,8 +151,9 @@ def test_a_state_space_target_batches_more_than_a_transformer_at_long_context() 
     batches = {}
     for spec in (ssm, transformer):
         result = run_simulation(SimulateRequest(
-            hw="h100", target=spec, rate=1000.0, requests=300, max_batch=256,
-            prompt_len="16000", output_len="32", token_budget=20000, seed=0))
+            deployment=deployment("h100", target=spec, max_batch=256),
+            rate=1000.0, requests=300, prompt_len="16000", output_len="32", token_budget=20000,
+            seed=0))
         batches[spec.name] = result.summary["peak_batch"]
         assert result.summary["peak_kv_occupancy"] <= 1.0
     assert batches["mamba2-2.7b"] == 256
@@ -162,8 +164,8 @@ def test_replay_serves_the_trace_lengths_and_says_so(tmp_path: Path) -> None:
     trace = synth_trace(6, seed=1, sources=("draft:llama-68m", "ngram"), length=64)
     chain = tmp_path / "chain.json"
     chain.write_text(Tree.chain(3, "draft:llama-68m").to_json())
-    common = dict(hw="h100", target="llama-2-7b", drafter="llama-68m", trace=trace,
-                  policy="static", tree=chain, rate=5.0, requests=12, seed=0)
+    common = dict(deployment=deployment("h100", target="llama-2-7b", drafter="llama-68m"),
+                  trace=trace, policy="static", tree=chain, rate=5.0, requests=12, seed=0)
     replayed = run_simulation(SimulateRequest(**common))
     assert replayed.summary["acceptance"] == "replay"
     assert replayed.summary["sampled_steps"] == 0
@@ -184,9 +186,9 @@ def test_separate_drafting_pays_off_only_when_its_overlap_holds(tmp_path: Path, 
     tpot = {}
     for placement in ("colocated", "separate"):
         result = run_simulation(SimulateRequest(
-            hw="h100", target="llama-3.1-8b", drafter=DRAFT, policy="static", tree=path,
-            acceptance=(p,), rate=1e-6, requests=3, output_len="200", seed=0,
-            draft_placement=placement))
+            deployment=deployment("h100", target="llama-3.1-8b", drafter=DRAFT),
+            policy="static", tree=path, acceptance=(p,), rate=1e-6, requests=3, output_len="200",
+            seed=0, draft_placement=placement))
         tpot[placement] = result.summary["mean_tpot_ms"]
     assert (tpot["separate"] < tpot["colocated"]) == faster
 
@@ -222,8 +224,8 @@ def test_every_registered_policy_runs_through_the_server(tmp_path: Path, policy:
     path = tmp_path / "tree.json"
     path.write_text(Tree.chain(3, "draft:llama-68m").to_json())
     result = run_simulation(SimulateRequest(
-        hw="h100", target="llama-2-7b", trace=trace, policy=policy, tree=path, budget=8,
-        rate=50.0, requests=12, max_batch=4, seed=0))
+        deployment=deployment("h100", target="llama-2-7b", max_batch=4),
+        trace=trace, policy=policy, tree=path, budget=8, rate=50.0, requests=12, seed=0))
     _check_consistent(result)
     assert (result.requests["tokens"] == result.requests["output_len"]).all()
     assert result.summary["acceptance"] == ("none" if policy == "none" else "replay")
@@ -246,6 +248,8 @@ def test_a_speculative_run_reports_plain_decoding_of_the_same_arrivals(tree_file
 
 def test_plain_decoding_holds_no_draft_model(tree_file: Path) -> None:
     named = run_simulation(_request(tree_file, policy="none", tree=None)).summary
-    unnamed = run_simulation(_request(tree_file, policy="none", tree=None, drafter=None)).summary
+    unnamed = run_simulation(_request(
+        tree_file, policy="none", tree=None,
+        deployment=deployment("h100", target="llama-3.1-8b", max_batch=16))).summary
     assert named["kv_capacity_bytes"] == unnamed["kv_capacity_bytes"]
     assert named["throughput_tok_s"] == unnamed["throughput_tok_s"]

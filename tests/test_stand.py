@@ -22,6 +22,7 @@ from specscope.executor.loop import decode_autoregressive, decode_speculative, s
 from specscope.executor.methods import MAX_DEPTH, fill_tree, resolve_method, static_method
 from specscope.executor.targets import Model, wrap
 from specscope.executor.verify import sequoia, specinfer
+from specscope.hw_profiles.deployment import deployment
 from specscope.models.torch import Transformer
 from specscope.models.zoo import load_zoo_model, weights_path
 from specscope.models.zoo.prompts import load_prompts
@@ -210,8 +211,9 @@ def test_replaying_a_stand_trace_predicts_the_executors_steps_exactly(zoo) -> No
 def test_stand_traces_drive_optimize_tree(target, prompts, tmp_path) -> None:
     trace = collect_tokens(target, [make_drafter("stand", V)], prompts, MAX_NEW)
     path = write_trace(trace, tmp_path / "stand.parquet")
-    doc = run_optimize(OptimizeRequest(hw="cpu-2core", trace_path=path, source="stand",
-                                       algos="sequoia,chain,best-first", budget=12)).to_dict()
+    doc = run_optimize(OptimizeRequest(
+        deployment=deployment("cpu-2core"),
+        trace_path=path, source="stand", algos="sequoia,chain,best-first", budget=12)).to_dict()
     assert doc["source"] == "stand"
     assert {r["algo"] for r in doc["results"]} == {"sequoia", "chain", "best-first"}
 

@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 from specscope.cli import main
+from specscope.hw_profiles.deployment import deployment
 from specscope.optimizers.run import OptimizeRequest, run_optimize
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.sweeps import run_sweep
@@ -131,8 +132,9 @@ def test_analytic_cells_equal_optimize_tree_at_the_same_budget(tmp_path: Path) -
     assert table.height == 10 and set(table["status"]) == {"ok"}
     for budget in (6, 24):
         expected = run_optimize(OptimizeRequest(
-            hw="a100", acceptance=[0.55, 0.12, 0.05, 0.03], target="llama-2-7b",
-            drafter="llama-68m", algos=",".join(methods), budget=budget, runtime="eager"))
+            deployment=deployment("a100", target="llama-2-7b", drafter="llama-68m",
+                                  runtime="eager"),
+            acceptance=[0.55, 0.12, 0.05, 0.03], algos=",".join(methods), budget=budget))
         for score in expected.comparison.scores:
             row = table.filter(pl.col("method") == score.algo, pl.col("budget") == budget)
             assert row["speedup"].item() == pytest.approx(score.speedup, rel=1e-12)
@@ -160,8 +162,8 @@ def test_engine_cells_equal_optimize_tree_on_that_engine(tmp_path: Path) -> None
     assert "verifies chains only" in skipped["reason"].item()
     for engine in ("research-hf", "gpt-fast"):
         expected = run_optimize(OptimizeRequest(
-            hw="a100", acceptance=[0.55, 0.12, 0.05, 0.03], target="llama-2-7b",
-            drafter="llama-68m", algos="chain", budget=8, engine=engine))
+            deployment=deployment("a100", target="llama-2-7b", drafter="llama-68m", engine=engine),
+            acceptance=[0.55, 0.12, 0.05, 0.03], algos="chain", budget=8))
         row = table.filter(pl.col("engine") == engine, pl.col("method") == "chain")
         assert row["runtime"].item() == expected.runtime
         assert row["speedup"].item() == pytest.approx(expected.comparison.scores[0].speedup,
@@ -181,9 +183,9 @@ def test_trace_cells_replay_the_trace_and_run_every_method(tmp_path: Path) -> No
         """)
     table = run_sweep(config, output=tmp_path / "out.parquet").table
     expected = run_optimize(OptimizeRequest(
-        hw="h100", trace_path=tmp_path / "trace.parquet", source="draft:llama-68m",
-        target="llama-2-7b", drafter="llama-68m", algos="sequoia,goose,specdecpp,chain",
-        budget=8))
+        deployment=deployment("h100", target="llama-2-7b", drafter="llama-68m"),
+        trace_path=tmp_path / "trace.parquet", source="draft:llama-68m",
+        algos="sequoia,goose,specdecpp,chain", budget=8))
     rows = table.filter(pl.col("drafter") == "llama-68m")
     assert set(rows["status"]) == {"ok"}
     for score in expected.comparison.scores:
@@ -259,9 +261,9 @@ def test_simulated_cells_equal_simulate_with_the_cells_seed(tmp_path: Path) -> N
     row = table.filter(pl.col("method") == "dyspec", pl.col("drafter") == "llama-68m",
                        pl.col("rate") == 50.0)
     summary = run_simulation(SimulateRequest(
-        hw="h100", target="llama-3.1-8b", drafter="llama-68m", policy="dyspec", budget=4,
-        acceptance=(0.6, 0.2, 0.1), rate=50.0, requests=20, output_len="32", max_batch=8,
-        seed=row["seed"].item())).summary
+        deployment=deployment("h100", target="llama-3.1-8b", drafter="llama-68m", max_batch=8),
+        policy="dyspec", budget=4, acceptance=(0.6, 0.2, 0.1), rate=50.0, requests=20,
+        output_len="32", seed=row["seed"].item())).summary
     for column in ("throughput_tok_s", "mean_tpot_ms", "p99_ttft_ms", "mean_accepted"):
         assert row[column].item() == summary[column]
     # common random numbers: every cell at one rate has the same seed
@@ -300,7 +302,7 @@ def test_a_bad_config_is_one_line_naming_the_key_and_writes_nothing(
 
 
 @pytest.mark.parametrize(("args", "names"), [
-    (["--engine", "spark"], "--engine"),
+    (["--backend", "spark"], "--backend"),
     (["--address", "10.0.0.1:6379"], "--address"),
     (["--workers", "2"], "--workers"),
 ])
@@ -324,7 +326,7 @@ def test_the_ray_engine_without_ray_is_exit_2(capsys: pytest.CaptureFixture[str]
                                               monkeypatch: pytest.MonkeyPatch,
                                               tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
-    code, _, err = _cli(capsys, "sweep", str(_write(tmp_path, SMALL)), "--engine", "ray",
+    code, _, err = _cli(capsys, "sweep", str(_write(tmp_path, SMALL)), "--backend", "ray",
                         "-o", str(tmp_path / "out.parquet"))
     assert code == 2 and err.count("\n") == 1 and "needs Ray" in err
 

@@ -15,6 +15,7 @@ import pytest
 from specscope.cli import main
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.deployment import deployment
 from specscope.models import get_model
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.systems.case import Case
@@ -186,10 +187,10 @@ def _options(system: str) -> dict:
 
 @pytest.mark.parametrize("system", sorted(SYSTEMS))
 def test_simulate_serves_every_system(system: str) -> None:
-    req = SimulateRequest(hw="a100", target=TARGET, drafter="llama-3.2-1b", policy="dyspec",
-                          acceptance=(0.6, 0.2), rate=5.0, requests=8,
-                          output_len="32", prompt_len="64", seed=0, system=system,
-                          system_options=_options(system), budget=4)
+    req = SimulateRequest(
+        deployment=deployment("a100", target=TARGET, drafter="llama-3.2-1b"),
+        policy="dyspec", acceptance=(0.6, 0.2), rate=5.0, requests=8, output_len="32",
+        prompt_len="64", seed=0, system=system, system_options=_options(system), budget=4)
     try:
         summary = run_simulation(req).summary
     except InputError as exc:  # a system that needs a case option the generic call lacks
@@ -244,15 +245,18 @@ def test_specmquant_headline_within_20_percent_and_its_ordering() -> None:
 
 def test_simulated_images_join_every_prompt_of_a_vision_language_target() -> None:
     def run(images: int) -> dict:
-        req = SimulateRequest(hw="a100", target="llava-1.6-7b", policy="dyspec",
-                              acceptance=(0.7, 0.1), rate=2.0, requests=6, output_len="16",
-                              prompt_len="32", seed=0, system="vispec", images=images)
+        req = SimulateRequest(
+            deployment=deployment("a100", target="llava-1.6-7b"),
+            policy="dyspec", acceptance=(0.7, 0.1), rate=2.0, requests=6, output_len="16",
+            prompt_len="32", seed=0, system="vispec", images=images)
         return run_simulation(req).summary
     plain, pictured = run(0), run(1)
     assert pictured["mean_ttft_ms"] > plain["mean_ttft_ms"]
     assert pictured["mean_tpot_ms"] > plain["mean_tpot_ms"]
     with pytest.raises(InputError, match="--images needs --system"):
-        run_simulation(SimulateRequest(hw="a100", target=TARGET, images=1))
+        run_simulation(SimulateRequest(
+            deployment=deployment("a100", target=TARGET),
+            images=1))
 
 
 # ---- SpecEE ---------------------------------------------------------------------------------
@@ -343,23 +347,23 @@ def test_the_dashboard_draws_the_reproduce_table_and_the_systems_per_hardware(
 
 
 def test_cost_prices_a_systems_target_and_drafter(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _cli(capsys, "cost", "--hw", "a100", "--model", "llama-2-7b", "--system",
+    code, out, err = _cli(capsys, "cost", "--hw", "a100", "--target", "llama-2-7b", "--system",
                           "specee", "--system-options", "exit_layers=16", "--runtime", "eager",
                           "--json")
     assert code == 0, err
     report = json.loads(out)
-    code, plain, _ = _cli(capsys, "cost", "--hw", "a100", "--model", "llama-2-7b",
+    code, plain, _ = _cli(capsys, "cost", "--hw", "a100", "--target", "llama-2-7b",
                           "--runtime", "eager", "--json")
     assert report["step_time_ms"] < json.loads(plain)["step_time_ms"]
     assert report["system"] == "specee" and report["drafter"]["model"] == "llama-2-7b/head"
-    code, out, err = _cli(capsys, "cost", "--hw", "a100", "--model", "llava-1.6-7b",
+    code, out, err = _cli(capsys, "cost", "--hw", "a100", "--target", "llava-1.6-7b",
                           "--system", "vispec", "--images", "1", "--context", "64", "--json")
     assert code == 0 and json.loads(out)["context_len"] == 64 + 2880
     for extra, message in ((["--images", "1"], "--images needs --system"),
                            (["--system", "warp"], "--system warp: not one of"),
                            (["--system", "head", "--offload", "0.5"],
                             "a --system deploys its own")):
-        code, out, err = _cli(capsys, "cost", "--hw", "a100", "--model", "llama-2-7b", *extra)
+        code, out, err = _cli(capsys, "cost", "--hw", "a100", "--target", "llama-2-7b", *extra)
         assert code == 2 and out == "" and message in err
 
 
@@ -369,7 +373,7 @@ def test_cost_prices_the_stated_tree_attention_under_an_engine(
     """--tree-attention overrides the engine's (SGLang's split) rather than being dropped."""
     steps = {}
     for attention in ((), ("--tree-attention", "masked")):
-        code, out, err = _cli(capsys, "cost", "--hw", "h100", "--model", "qwen3-8b", "--engine",
+        code, out, err = _cli(capsys, "cost", "--hw", "h100", "--target", "qwen3-8b", "--engine",
                               "sglang", "--batch", "64", "--new-tokens", "7", "--context",
                               "900", *extra, *attention, "--json")
         assert code == 0, err

@@ -14,6 +14,7 @@ import pytest
 from specscope.cli import main
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
+from specscope.hw_profiles.deployment import deployment
 from specscope.hw_profiles.profile import MeasuredTable
 from specscope.models import get_model
 from specscope.simulator.run import SimulateRequest, run_simulation
@@ -177,9 +178,10 @@ def test_measured_target_times_are_scaled_by_the_early_exit() -> None:
 
 def test_simulate_serves_an_early_exiting_target_without_a_speculator() -> None:
     def tpot(options: dict) -> float:
-        req = SimulateRequest(hw="a100", target="llama-2-7b", acceptance=(0.6, 0.2),
-                              rate=5.0, requests=4, output_len="16", prompt_len="32", seed=0,
-                              system="specee", system_options=options, policy="none")
+        req = SimulateRequest(
+            deployment=deployment("a100", target="llama-2-7b"),
+            acceptance=(0.6, 0.2), rate=5.0, requests=4, output_len="16", prompt_len="32", seed=0,
+            system="specee", system_options=options, policy="none")
         return run_simulation(req).summary["mean_tpot_ms"]
     assert tpot({"exit_fraction": 0.7, "speculator": "none"}) < tpot({})
 

@@ -12,9 +12,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from specscope.atomic import write_text_atomic
-from specscope.cli.checks import Choices, Output, Range
+from specscope.cli.checks import Choices, DrafterOrModel, Needs, Output, Range
 from specscope.errors import InputError
-from specscope.names import PROMPT_SET_SIZES
+from specscope.names import (
+    DEFAULT_BUDGET,
+    DEFAULT_DRAFT_MODEL,
+    DRAFT_MODEL_DRAFTERS,
+    PROMPT_SET_SIZES,
+    SERVED_MAX_BATCH,
+)
 
 console = Console()
 
@@ -57,6 +63,44 @@ PricedDrafter = Annotated[str | None, typer.Option(
 WeightBits = Annotated[int | None, typer.Option(help="Target weight bits (default: the "
                                                      "model's)."),
                        Choices("specscope.models.ops:WEIGHT_BITS")]
+# The deployment option group: every command that prices a deployment (cost, optimize-tree,
+# simulate) takes these with these names and defaults and builds one `Deployment` from them
+# (`hw_profiles.deployment`); docs/glossary.md says what each means.
+PricedTarget = Annotated[str | None, typer.Option(
+    "--target", help="Target model from the catalogue (default: the trace's, else "
+                     "llama-2-7b).")]
+DraftRuntime = Annotated[str | None, typer.Option(
+    "--draft-runtime", help="The draft model's runtime (default: the --engine's, else the "
+                            "target's)."), Choices("specscope.names:RUNTIMES")]
+DraftTp = Annotated[int | None, typer.Option(
+    "--draft-tp", min=1, help="Devices the draft model is sharded over (default: the "
+                              "--engine's, the target's --tp under vLLM, SGLang and gpt-fast; "
+                              "else 1).")]
+DraftWindow = Annotated[int | None, typer.Option(
+    "--draft-window", min=1, help="Tokens of context the draft keeps and reads (capped-KV "
+                                  "self-speculation, a draft with a bounded cache; default: "
+                                  "the whole context).")]
+DraftVocab = Annotated[int | None, typer.Option(
+    "--draft-vocab", min=1, help="The draft's vocabulary (an EAGLE-3 head's reduced one; "
+                                 "default: the draft model's own).")]
+Context = Annotated[int | None, typer.Option(
+    "--context", min=0, help="Tokens already cached per sequence (default: the trace's mean, "
+                             "else 512; cost: 0 prices a prompt of --new-tokens tokens).")]
+StaticBatch = Annotated[int, typer.Option(
+    "--batch", min=1, help="Sequences decoded together, a static batch: every tree and the "
+                           "plain baseline are priced at it.")]
+ServerMaxBatch = Annotated[int | None, typer.Option(
+    "--max-batch", min=1, help="A server's limit of sequences per step, on both sides of the "
+                               "plain comparison (default: the --engine scheduler's, vLLM's "
+                               "256, SGLang's 2048 and 48 while speculating; else 32).")]
+PromptLen = Annotated[str | None, typer.Option(
+    "--prompt-len", help="Prompt tokens of the workload: N, uniform:A:B, "
+                         "lognormal:MEDIAN:SIGMA or trace (default: the trace's, else 512).")]
+WorkloadOutputLen = Annotated[str | None, typer.Option(
+    "--output-len", help="Output tokens of the workload: N, uniform:A:B, "
+                         "lognormal:MEDIAN:SIGMA or trace (default: the trace's, else 256).")]
+
+
 Device = Annotated[str, typer.Option(help="Where to run (auto: cuda when available)."),
                    Choices("specscope.names:DEVICES")]
 Dtype = Annotated[str, typer.Option(help="Weights, caches and activations."),
@@ -84,7 +128,9 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 PolicyBudget = Annotated[int, typer.Option(min=1, help="Tree size per request (root included) "
                                                        "of the dynamic policies.")]
 PolicyDepth = Annotated[int, typer.Option(min=1, help="Depth cap of the dynamic policies.")]
-MaxBatch = Annotated[int, typer.Option(min=1, help="Sequences per step.")]
+MaxBatch = Annotated[int | None, typer.Option(
+    min=1, help=f"Sequences per step, the server's limit (default {SERVED_MAX_BATCH}, the "
+                "executor's).")]
 TokenBudget = Annotated[int, typer.Option(min=1, help="Tokens per step (trees and prompts).")]
 ChunkedPrefill = Annotated[int | None, typer.Option(min=1, help="Prefill prompts in chunks of "
                                                                 "this many tokens.")]
@@ -193,3 +239,33 @@ def _report_serving(result: Any, as_json: bool, output: Path | None) -> None:
                                 result.events)
         _wrote(output, f"{result.requests.height:,} requests, the summary in its metadata; "
                        f"{', '.join(p.name for p in written[1:])} beside it", as_json)
+
+
+# The options of the commands that run real models, one name and one help per concept
+# (docs/glossary.md; tests/test_option_vocabulary.py keeps it so).
+Target = Annotated[str, typer.Option("--target", help="Target model: a zoo model (tiny-code, "
+                                                      "...) or a Hugging Face folder.")]
+ZooTarget = Annotated[str, typer.Option("--target", help="Target model: a zoo model "
+                                                         "(tiny-code, ...).")]
+DRAFTER_HELP = ("Who drafts: a drafter kind, or a draft model (a zoo model or a Hugging Face "
+                "folder), which is kind draft running that model")
+"""The help of every `--drafter` that takes a kind or a model (`DrafterOrModel`)."""
+
+
+def drafter_option(kinds: str, note: str = "", many: bool = False) -> Any:
+    """A `--drafter` option type taking the drafter kinds of `kinds` ("module:NAME") or a draft
+    model (`DrafterOrModel`); `note` ends its help (a sentence, or empty)."""
+    return Annotated[str, typer.Option("--drafter", help=f"{DRAFTER_HELP}.{note and ' ' + note}"),
+                     DrafterOrModel(kinds, many=many)]
+
+
+DraftModel = Annotated[str | None, typer.Option(
+    "--draft-model", help=f"The weights a model-based drafter ({', '.join(DRAFT_MODEL_DRAFTERS)}) "
+                          f"loads: a zoo model or a Hugging Face folder (default: "
+                          f"{DEFAULT_DRAFT_MODEL}); --drafter MODEL says the same for draft."),
+    Needs(("drafter",), DRAFT_MODEL_DRAFTERS)]
+OutputLen = Annotated[int, typer.Option("--output-len", min=1, metavar="N",
+                                        help="Output tokens per request.")]
+Budget = Annotated[int | None, typer.Option(
+    "--budget", min=1, help=f"Tree size n per step, root included: a static tree's, or the most "
+                            f"a dynamic policy grows (default {DEFAULT_BUDGET}).")]

@@ -10,6 +10,12 @@ import typer
 from specscope.cli.checks import Choices, Needs, Output, Range
 from specscope.cli.common import (
     AsJson,
+    Budget,
+    Context,
+    DraftRuntime,
+    DraftTp,
+    DraftVocab,
+    DraftWindow,
     EngineName,
     ExportMethod,
     Force,
@@ -18,13 +24,18 @@ from specscope.cli.common import (
     Offload,
     PricedDrafter,
     PricedRuntime,
+    PricedTarget,
+    PromptLen,
+    ServerMaxBatch,
     Source,
     Stages,
+    StaticBatch,
     SystemName,
     SystemOptions,
     TensorParallel,
     TreeAttention,
     WeightBits,
+    WorkloadOutputLen,
     _acceptance_inputs,
     _csv_ints,
     _emit,
@@ -34,82 +45,97 @@ from specscope.cli.common import (
 from specscope.errors import InputError
 
 if TYPE_CHECKING:
+    from specscope.hw_profiles.deployment import Deployment
     from specscope.optimizers.run import Deployed
 
 def cost(
     hw: Hw,
-    model: Annotated[str, typer.Option(help="Model name from the catalogue.")],
-    batch: Annotated[int, typer.Option(min=1, help="Sequences in the batch.")] = 1,
+    target: PricedTarget = None,
+    drafter: PricedDrafter = None,
+    batch: StaticBatch = 1,
     new_tokens: Annotated[int, typer.Option(min=1, help="New tokens per sequence.")] = 1,
-    context: Annotated[int, typer.Option(min=0, help="Tokens already cached per sequence.")] = (
-        512),
+    context: Context = None,
     weight_bits: WeightBits = None,
     tp: TensorParallel = 1,
+    draft_tp: DraftTp = None,
     stages: Stages = 1,
+    draft_window: DraftWindow = None,
+    draft_vocab: DraftVocab = None,
     group_size: Annotated[int, typer.Option(min=1, help="Weights per 4-bit quantisation "
                                                         "group.")] = 128,
     runtime: PricedRuntime = None,
+    draft_runtime: DraftRuntime = None,
     engine: EngineName = None,
     offload: Offload = 0.0,
     tree_attention: TreeAttention = None,
     system: SystemName = None,
     system_options: SystemOptions = None,
-    draft: Annotated[str | None, typer.Option(help="Draft model of a --system that drafts "
-                                                   "with one (catalogue name).")] = None,
     images: Images = 0,
     as_json: AsJson = False,
 ) -> None:
     """Step time of one forward pass, per operator. Prices a batch on a hardware profile and
-    runtime (context 0 prices a prompt of --new-tokens tokens); --system prices the target
-    and drafter as that seed system deploys them."""
+    runtime (context 0 prices a prompt of --new-tokens tokens); --drafter adds one draft
+    token's step; --system prices the target and drafter as that seed system deploys them."""
     from specscope.hw_profiles import CostModel, load_profile
     from specscope.hw_profiles.cost_report import cost_report
-    from specscope.hw_profiles.pricing import for_engine, under_attention
+    from specscope.hw_profiles.deployment import deployment
+    from specscope.hw_profiles.pricing import deployed
     from specscope.models import get_model
+    from specscope.models.catalogue import drafter_spec
+    from specscope.names import MODEL_FREE_SOURCES
+    from specscope.optimizers.run import DEFAULT_CONTEXT, DEFAULT_TARGET
     from specscope.systems.registry import deploy
     from specscope.systems.registry import system_options as parse_system
     from specscope.tables import cost_table
 
+    setup = deployment(hw, target=target or DEFAULT_TARGET, drafter=drafter, engine=engine,
+                       runtime=runtime, draft_runtime=draft_runtime,
+                       tree_attention=tree_attention, weight_bits=weight_bits, tp=tp,
+                       draft_tp=draft_tp, stages=stages, offload=offload,
+                       draft_window=draft_window, draft_vocab=draft_vocab, batch=batch)
     options = parse_system(system, system_options)
-    drafter = None
+    context = DEFAULT_CONTEXT if context is None else context
+    draft_model = None if drafter in (None, *MODEL_FREE_SOURCES) else drafter
     if system is None:
-        if draft or images:
-            raise InputError(f"{'--draft' if draft else '--images'} needs --system")
-        cm = CostModel(load_profile(hw), get_model(model), weight_bits=weight_bits, tp=tp,
-                       group_size=group_size, runtime=runtime,
-                       tree_attention=tree_attention or "split", offload=offload, stages=stages)
+        if images:
+            raise InputError("--images needs --system")
+        profile, spec = load_profile(hw), get_model(setup.target)
+        cm = CostModel(profile, spec, weight_bits=weight_bits, tp=tp, group_size=group_size,
+                       runtime=runtime, tree_attention=setup.tree_attention, offload=offload,
+                       stages=stages)
+        draft = setup.draft_spec(drafter_spec(draft_model, spec))
+        drafts = None if draft is None else CostModel(profile, draft, runtime=runtime,
+                                                      tp=setup.draft_tp)
     else:
         if group_size != 128 or offload or stages > 1:
             raise InputError("--group-size, --offload and --stages price the plain model; a "
                              "--system deploys its own (128-weight groups, no offloading, one "
                              "stage)")
-        deployed = deploy(system, hw, model, draft=draft, weight_bits=weight_bits, tp=tp,
-                          runtime=runtime, images=images, options=options)
-        cm, drafter = under_attention(deployed.target, deployed.drafter, tree_attention)
-        context += deployed.prompt_tokens
-    if engine is not None:
-        priced = for_engine(engine, cm, drafter, context, batch, runtime=runtime,
-                            tree_attention=tree_attention)
-        cm, drafter = priced.target, priced.drafter
+        models = deploy(system, hw, setup.target, draft=draft_model, weight_bits=weight_bits,
+                        tp=tp, runtime=runtime, images=images, options=options)
+        cm, drafts = models.target, models.drafter
+        context += models.prompt_tokens
+    priced = deployed(setup, cm, drafts, context)
+    cm, drafts = priced.target, priced.drafter
     report = cost_report(cm, batch, new_tokens, context)
     if engine is not None:
         report["engine"] = engine
         report["baseline_ms_per_token"] = priced.autoregressive_s * 1e3
-    if drafter is not None:
+    if drafts is not None:
         report["system"] = system
-        report["drafter"] = cost_report(drafter, batch, 1, context)
+        report["drafter"] = cost_report(drafts, batch, 1, priced.draft_context)
     if as_json:
         _emit(report, True, None)
         return
-    console.print(cost_table(report, f"{model} on {hw} ({report['runtime']}, "
+    console.print(cost_table(report, f"{setup.target} on {hw} ({report['runtime']}, "
                                      f"{cm.tree_attention} attention): batch {batch}, "
                                      f"{new_tokens} new tokens, context {context}"))
     console.print(f"step time {report['step_time_ms']:.3f} ms ({report['source']}, "
                   f"{report['bound']}-bound); "
                   f"memory {report['memory_gb']:.1f} GB"
                   + ("" if report["fits"] else " — does NOT fit in device memory"))
-    if drafter is not None:
-        console.print(f"{system}: drafter {report['drafter']['model']}, one token "
+    if drafts is not None:
+        console.print(f"{system or 'drafter'}: {report['drafter']['model']}, one token "
                       f"{report['drafter']['step_time_ms']:.3f} ms")
 
 
@@ -120,43 +146,35 @@ def optimize_tree(
                                                         "trace import's JSON (instead of a "
                                                         "trace).")] = None,
     source: Source = None,
-    target: Annotated[str | None, typer.Option(help="Target model (default: trace's, "
-                                                    "else llama-2-7b).")] = None,
+    target: PricedTarget = None,
     drafter: PricedDrafter = None,
     algo: Annotated[str, typer.Option(help="Methods to compare."),
                     Choices("specscope.optimizers.compare:METHOD_NAMES", ("all",), many=True)
                     ] = "all",
-    budget: Annotated[int | None, typer.Option(min=1, help="Tree size n (root included).")] = (
-        None),
+    budget: Budget = None,
     budgets: Annotated[str | None, typer.Option(help="Tree sizes to choose among (a Pareto "
                                                      "table per size).")] = None,
     max_depth: Annotated[int | None, typer.Option(min=1, help="Depth cap (drafted levels).")
                          ] = 12,
     depth_dependent: Annotated[bool, typer.Option(help="Acceptance per depth and rank.")] = (
         False),
-    context: Annotated[int | None, typer.Option(min=0, help="Context length for the cost model "
-                                                            "(default: trace mean, else 512).")
-                       ] = None,
-    batch: Annotated[int, typer.Option(min=1, help="Sequences verified together: every tree "
-                                                   "and the plain baseline are priced at this "
-                                                   "batch.")] = 1,
-    draft_window: Annotated[int | None, typer.Option(
-        min=1, help="Tokens the draft keeps and reads (capped-KV self-speculation, a draft "
-                    "with a bounded cache; default: the whole context).")] = None,
-    draft_tp: Annotated[int | None, typer.Option(
-        min=1, help="Devices the draft is sharded over (default: the --engine's, the "
-                    "target's --tp under vLLM, SGLang and gpt-fast; else 1).")] = None,
-    draft_vocab: Annotated[int | None, typer.Option(
-        min=1, help="The draft's vocabulary (an EAGLE-3 head's reduced one; default: the "
-                    "draft model's own).")] = None,
-    stages: Stages = 1,
+    context: Context = None,
+    batch: StaticBatch = 1,
+    weight_bits: WeightBits = None,
     tp: TensorParallel = 1,
+    draft_tp: DraftTp = None,
+    stages: Stages = 1,
+    draft_window: DraftWindow = None,
+    draft_vocab: DraftVocab = None,
     rate: Annotated[float | None, typer.Option(
         help="Choose for this request rate (arrivals/s) by simulating it: the trees are "
              "optimised at the batch the load builds and each is served beside plain decoding "
              "and SmartSpec."), Range(0, low_closed=False)] = None,
     requests: Annotated[int, typer.Option(min=1, help="--rate: arrivals each simulation "
                                                       "serves.")] = 200,
+    max_batch: Annotated[ServerMaxBatch, Needs(("rate",), ())] = None,
+    prompt_len: Annotated[PromptLen, Needs(("rate",), ())] = None,
+    output_len: Annotated[WorkloadOutputLen, Needs(("rate",), ())] = None,
     ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0)."), Range(0)] = 0.0,
     ets_coverage: Annotated[float, typer.Option(help="ETS λ_cov over sources (authors: 0)."),
                             Range(0)] = 0.0,
@@ -170,18 +188,21 @@ def optimize_tree(
         help="Map DySpec's draft scores to acceptance by a monotone fit.")] = True,
     eagle_beam: Annotated[int, typer.Option(min=1, help="EAGLE-2 nodes expanded per level.")
                           ] = 10,
-    seed: Annotated[int, typer.Option(min=0, help="Seed of the fitted predictors.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the fitted predictors and of "
+                                                  "--rate's arrivals.")] = 0,
     runtime: PricedRuntime = None,
+    draft_runtime: DraftRuntime = None,
     engine: EngineName = None,
     offload: Offload = 0.0,
     tree_attention: TreeAttention = None,
     system: SystemName = None,
     system_options: SystemOptions = None,
-    export: Annotated[str | None, typer.Option(
-        help="Also solve for the best configuration this engine can run at the budget, "
-             "beside the unconstrained optimum (with -o or --json: that document)."),
+    to: Annotated[str | None, typer.Option(
+        "--to", help="Also solve for the best configuration this engine can run at the "
+                     "budget, beside the unconstrained optimum (with -o or --json: that "
+                     "document, which `specscope export` reads)."),
         Choices("specscope.names:EXPORT_ENGINES")] = None,
-    export_method: Annotated[ExportMethod, Needs(("export",), ())] = None,
+    export_method: Annotated[ExportMethod, Needs(("to",), ())] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here."),
                       Output(inputs=("trace",))] = None,
@@ -189,6 +210,8 @@ def optimize_tree(
 ) -> None:
     """Best draft tree per method for this hardware, target, drafter and acceptance. Each
     method's tree is built under the same budget and priced on the profile's runtime."""
+    from specscope.hw_profiles.deployment import deployment
+    from specscope.names import DEFAULT_BUDGET
     from specscope.optimizers.compare import MethodOptions
     from specscope.optimizers.run import OptimizeRequest, run_optimize
     from specscope.systems.registry import system_options as parse_system
@@ -196,25 +219,22 @@ def optimize_tree(
 
     trace, vector = _acceptance_inputs(trace, acceptance)
     options = parse_system(system, system_options)
+    setup = deployment(hw, target=target, drafter=drafter, engine=engine, runtime=runtime,
+                       draft_runtime=draft_runtime, tree_attention=tree_attention,
+                       weight_bits=weight_bits, tp=tp, draft_tp=draft_tp, stages=stages,
+                       offload=offload, draft_window=draft_window, draft_vocab=draft_vocab,
+                       batch=batch, max_batch=max_batch)
     request = OptimizeRequest(
-        hw=hw,
+        deployment=setup,
         trace_path=trace,
         acceptance=vector,
         source=source,
-        target=target,
-        drafter=drafter,
         algos=algo,
-        budget=budget,
+        budget=DEFAULT_BUDGET if budget is None and budgets is None else budget,
         budgets=None if budgets is None else _csv_ints(budgets, "--budgets"),
         max_depth=max_depth,
         depth_dependent=depth_dependent,
         context=context,
-        batch=batch,
-        draft_window=draft_window,
-        draft_tp=draft_tp,
-        draft_vocab=draft_vocab,
-        stages=stages,
-        tp=tp,
         options=MethodOptions(
             ets_kv_penalty=ets_kv_penalty,
             ets_coverage=ets_coverage,
@@ -224,14 +244,9 @@ def optimize_tree(
             eagle_beam=eagle_beam,
             seed=seed,
         ),
-        runtime=runtime,
-        engine=engine,
-        offload=offload,
-        tree_attention=tree_attention,
         system=system,
         system_options=options,
-        deployed=None if system is None else _deployed(system, hw, target, drafter, tp,
-                                                       runtime, options),
+        deployed=None if system is None else _deployed(system, setup, options),
     )
     choice = None
     with _progress("optimizing") as bar:
@@ -243,7 +258,8 @@ def optimize_tree(
             from specscope.simulator.at_rate import choose_at_rate
 
             choice = choose_at_rate(request, rate, requests, seed, progress=lambda done, total:
-                                    bar.update(task, completed=done, total=total))
+                                    bar.update(task, completed=done, total=total),
+                                    prompt_len=prompt_len, output_len=output_len)
             result = choice.result
     sizes, best = list(result.comparison.pareto), result.comparison.scores[0]
     summary = (f"{len(result.comparison.scores)} methods × {len(sizes)} "
@@ -252,11 +268,11 @@ def optimize_tree(
                f"(n = {best.n:g})" + ("" if result.speculation_pays else
                                       f"; {result.verdict}"))
     exported = None
-    if export is not None:
+    if to is not None:
         from specscope.interop.document import optimized_export
 
-        exported = optimized_export(result, export, export_method)
-        summary = (f"{export} {exported['method']}: {exported['predicted']:.2f}× against "
+        exported = optimized_export(result, to, export_method)
+        summary = (f"{to} {exported['method']}: {exported['predicted']:.2f}× against "
                    f"{exported['unconstrained']:.2f}× unconstrained (n ≤ {max(sizes)})")
     if choice is not None:
         summary = f"{choice.verdict}; {summary}"
@@ -277,18 +293,19 @@ def optimize_tree(
             console.print(line, soft_wrap=True, highlight=False)
 
 
-def _deployed(system: str, hw: str, target: str | None, drafter: str | None, tp: int,
-              runtime: str | None, options: dict) -> Deployed:
+def _deployed(system: str, setup: Deployment, options: dict) -> Deployed:
     """`system`'s target and drafter for optimize-tree (a draft-model system's --drafter
     is its draft)."""
     from specscope.names import MODEL_FREE_SOURCES
     from specscope.optimizers.run import Deployed
     from specscope.systems.registry import deploy
 
-    if target is None:
+    if setup.target is None:
         raise InputError("--system deploys its models around a named --target; pass one")
-    draft = None if drafter in (None, *MODEL_FREE_SOURCES) else drafter
-    costs = deploy(system, hw, target, draft=draft, tp=tp, runtime=runtime, options=options)
+    draft = None if setup.drafter in (None, *MODEL_FREE_SOURCES) else setup.drafter
+    costs = deploy(system, setup.hw, str(setup.target), draft=draft,
+                   weight_bits=setup.weight_bits, tp=setup.tp, runtime=setup.runtime,
+                   options=options)
     if costs.acceptance_scale != 1.0:
         raise InputError(f"--system {system} scales its drafter's acceptance by "
                          f"{costs.acceptance_scale:g}; give the acceptance as measured under it "

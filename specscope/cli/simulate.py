@@ -14,26 +14,35 @@ from specscope.cli.common import (
     ArrivalFile,
     Arrivals,
     AsJson,
+    Budget,
     ChunkedPrefill,
+    DraftRuntime,
+    DraftTp,
+    DraftVocab,
+    DraftWindow,
     EngineName,
     Force,
     Hw,
     Images,
     MetricsOutput,
     Offload,
-    PolicyBudget,
     PolicyDepth,
     PricedDrafter,
     PricedRuntime,
+    PricedTarget,
+    PromptLen,
     Seed,
+    ServerMaxBatch,
     SloTpot,
     Source,
+    Stages,
     SystemName,
     SystemOptions,
     TensorParallel,
     TokenBudget,
     TreeAttention,
     WeightBits,
+    WorkloadOutputLen,
     _acceptance_inputs,
     _check_metrics_output,
     _csv_floats,
@@ -46,10 +55,10 @@ from specscope.cli.common import (
 
 def simulate(
     hw: Hw,
-    target: Annotated[str, typer.Option(help="Target model from the catalogue.")],
     rate: Annotated[float, typer.Option(help="Arrivals per second."), Range(0, low_closed=False)],
     requests: Annotated[int, typer.Option(min=1, help="Arrivals to simulate.")],
-    seed: Seed,
+    target: PricedTarget = None,
+    seed: Seed = 0,
     drafter: PricedDrafter = None,
     trace: Annotated[Path | None, typer.Option(help="Trace parquet to replay (acceptance "
                                                     "and, by default, lengths).")] = None,
@@ -63,18 +72,20 @@ def simulate(
     tree: Annotated[Path | None, typer.Option(help="A tree JSON, or optimize-tree --json / "
                                                    "-o output (its best result).")] = None,
     algo: Annotated[str | None, typer.Option(help="Method of the --tree file to use.")] = None,
-    budget: PolicyBudget = 16,
+    budget: Budget = None,
     max_depth: PolicyDepth = 12,
     runtime: PricedRuntime = None,
+    draft_runtime: DraftRuntime = None,
     engine: EngineName = None,
     tree_attention: TreeAttention = None,
     offload: Offload = 0.0,
-    tp: TensorParallel = 1,
     weight_bits: WeightBits = None,
-    max_batch: Annotated[int | None, typer.Option(
-        min=1, help="Sequences per step, on both sides of the plain comparison (default: "
-                    "the engine's scheduler's, vLLM's 256, SGLang's 2048 and 48 while "
-                    "speculating; else 32).")] = None,
+    tp: TensorParallel = 1,
+    draft_tp: DraftTp = None,
+    stages: Stages = 1,
+    draft_window: DraftWindow = None,
+    draft_vocab: DraftVocab = None,
+    max_batch: ServerMaxBatch = None,
     token_budget: TokenBudget = 8192,
     chunked_prefill: ChunkedPrefill = None,
     replicas: Annotated[int, typer.Option(min=1, help="Replicas behind the router.")] = 1,
@@ -91,12 +102,8 @@ def simulate(
     arrivals: Arrivals = "poisson",
     cv: ArrivalCv = 1.0,
     arrival_file: ArrivalFile = None,
-    prompt_len: Annotated[str | None, typer.Option(help="Prompt tokens: N, uniform:A:B, "
-                                                        "lognormal:MEDIAN:SIGMA or trace.")
-                          ] = None,
-    output_len: Annotated[str | None, typer.Option(help="Output tokens: N, uniform:A:B, "
-                                                        "lognormal:MEDIAN:SIGMA or trace.")
-                          ] = None,
+    prompt_len: PromptLen = None,
+    output_len: WorkloadOutputLen = None,
     draft_placement: Annotated[str, typer.Option(help="Draft model on the target's GPUs or "
                                                       "on its own, across a link."),
                                Choices("specscope.simulator.run:PLACEMENTS")] = "colocated",
@@ -119,22 +126,27 @@ def simulate(
 ) -> None:
     """Discrete-event serving simulation of speculation under load. Continuous batching,
     per-step speculation policies, replicas behind a router."""
+    from specscope.hw_profiles.deployment import deployment
+    from specscope.names import DEFAULT_BUDGET
     from specscope.simulator.run import SimulateRequest, run_simulation
     from specscope.systems.registry import system_options as parse_system
     from specscope.trace import read_trace
 
     trace, vector = _acceptance_inputs(trace, acceptance)
+    setup = deployment(hw, target=target, drafter=drafter, engine=engine, runtime=runtime,
+                       draft_runtime=draft_runtime, tree_attention=tree_attention,
+                       weight_bits=weight_bits, tp=tp, draft_tp=draft_tp, stages=stages,
+                       offload=offload, draft_window=draft_window, draft_vocab=draft_vocab,
+                       max_batch=max_batch)
     request = SimulateRequest(
-        hw=hw, target=target, drafter=drafter,
+        deployment=setup,
         trace=None if trace is None else read_trace(trace), source=source, policy=policy,
         tree=tree, algo=algo,
-        budget=budget, max_depth=max_depth,
+        budget=DEFAULT_BUDGET if budget is None else budget, max_depth=max_depth,
         acceptance=None if vector is None else tuple(vector),
-        runtime=runtime, engine=engine, tree_attention=tree_attention, offload=offload, tp=tp,
-        weight_bits=weight_bits,
         rate=rate,
         requests=requests,
-        max_batch=max_batch, token_budget=token_budget, chunked_prefill=chunked_prefill,
+        token_budget=token_budget, chunked_prefill=chunked_prefill,
         replicas=replicas, router=router, workload=workload, fork_branches=fork_branches,
         fork_levels=fork_levels, arrivals=arrivals, cv=cv, arrival_file=arrival_file,
         prompt_len=prompt_len, output_len=output_len, draft_placement=draft_placement,
@@ -154,9 +166,9 @@ def simulate(
 def sweep(
     config: Annotated[Path, typer.Argument(help="Sweep TOML (examples/sweep.toml shows the "
                                                 "format).")],
-    engine: Annotated[str, typer.Option(help="local: this process; ray: tasks on a Ray "
-                                             "cluster."),
-                      Choices("specscope.sweeps.engines:ENGINES")] = "local",
+    backend: Annotated[str, typer.Option(help="Where the cells run: local (this process) or "
+                                              "ray (tasks on a Ray cluster)."),
+                       Choices("specscope.sweeps.engines:ENGINES")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster to join (default: start a "
                                                      "local Ray).")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="CPUs of a local Ray (default: "
@@ -173,14 +185,14 @@ def sweep(
 
     with _progress("sweeping") as bar:
         task = bar.add_task("sweeping", total=None)
-        result = run_sweep(config, engine, address, output, workers,
+        result = run_sweep(config, backend, address, output, workers,
                            progress=lambda done, total: bar.update(task, completed=done,
                                                                    total=total))
     if as_json:
         _emit(result.to_dict(), True, None)
         return
     console.print(f"{result.cells} cells: {result.computed} computed, {result.reused} reused, "
-                  f"{result.skipped} skipped as invalid; {result.wall_s:.1f} s ({engine}) → "
+                  f"{result.skipped} skipped as invalid; {result.wall_s:.1f} s ({backend}) → "
                   f"{result.path}")
     for reason, count in result.reasons.items():
         console.print(f"  skipped {count}: {reason}")

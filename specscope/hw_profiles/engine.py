@@ -77,8 +77,8 @@ class Engine:
     algorithm), so plain decoding and speculation of the same arrivals batch differently;
     prompt_logits: where a prompt's forward computes logits (`ops.PROMPT_LOGITS`; "last": at
     each sequence's last position, where the engine samples); draft_at_target_tp: a draft model
-    is sharded over the target's devices unless told otherwise (`default_draft_tp`), as the draft
-    workers of vLLM, SGLang and gpt-fast are.
+    is sharded over the target's devices unless told otherwise (`deployment.deployment`), as the
+    draft workers of vLLM, SGLang and gpt-fast are.
     """
 
     name: str
@@ -134,17 +134,6 @@ class Engine:
         """The profile whose loop this engine carries, read once (`loop_costs` runs for every
         pricing a reproduce run builds); None: the priced box's own."""
         return load_profile(self.measured_on) if self.measured_on else None
-
-    def baseline_engine(self) -> Engine:
-        """The engine whose autoregressive loop this engine's speedups are over."""
-        return self if self.baseline == self.name else load_engine(self.baseline)
-
-
-def default_draft_tp(engine: str | None, tp: int) -> int:
-    """Devices a draft model runs on beside a target at `tp` when none is stated: the target's
-    under an engine that shards it so (`Engine.draft_at_target_tp`), else one (specscope's own
-    loop among them)."""
-    return tp if engine is not None and load_engine(engine).draft_at_target_tp else 1
 
 
 def host_scale(measured_on: HardwareProfile, box: HardwareProfile) -> float:

@@ -29,7 +29,8 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.hw_profiles.cost import CostModel
-from specscope.hw_profiles.engine import DEFAULT_ENGINE, Engine, load_engine
+from specscope.hw_profiles.deployment import Deployment
+from specscope.hw_profiles.engine import Engine
 from specscope.hw_profiles.loop import LoopCosts
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.tree import Tree
@@ -85,7 +86,7 @@ class Pricing:
     @cached_property
     def baseline_loop(self) -> LoopCosts:
         """The host terms of the baseline engine's loop on the target's box."""
-        engine = self.baseline_engine or (self.engine and self.engine.baseline_engine())
+        engine = self.baseline_engine or self.engine
         return self.loop if engine is None else engine.loop_costs(self.target.hw)
 
     def level_s(self, source: str, forwarded: int = 1, expanded: int = 1) -> float:
@@ -233,49 +234,35 @@ def draft_levels(tree: Tree, draft_cache: bool, upto: int | None = None
              len(expanded)) for (depth, source), expanded in sorted(parents.items())]
 
 
-def under_attention(target: CostModel, drafter: CostModel | None, attention: str | None
-                    ) -> tuple[CostModel, CostModel | None]:
-    """`target` and `drafter` under a stated tree attention (None: as they are), before an
-    engine prices them (a seed system deploys its models with split attention)."""
-    if attention is None:
-        return target, drafter
-    return (target.under(tree_attention=attention),
-            None if drafter is None else drafter.under(tree_attention=attention))
-
-
-def for_engine(engine: str | Engine | None, target: CostModel, drafter: CostModel | None,
-               context_len: int, batch: int = 1, *, runtime: str | None = None,
-               draft_runtime: str | None = None, baseline_engine: str | None = None,
-               tree_attention: str | None = None, **options: float | str) -> Pricing:
-    """`Pricing` on `engine`: the target under its target runtime (`runtime` overrides it), the
-    drafter under its draft runtime (`draft_runtime` overrides it; by default the target's), both
-    with its tree attention, and the baseline as its baseline engine (`baseline_engine`
-    overrides it) runs the target; `tree_attention` overrides the engine's. No engine prices
-    the models as they stand (today's pricing), under `runtime` and `draft_runtime` when
-    given."""
-    if engine is None and (baseline_engine or tree_attention) is not None:
-        engine = DEFAULT_ENGINE
+def deployed(deployment: Deployment, target: CostModel, drafter: CostModel | None,
+             context_len: int, batch: int | None = None, **options: float | str) -> Pricing:
+    """`Pricing` of `target` and `drafter` as `deployment` runs them (its `batch` unless given).
+    Under an engine: the target under the deployment's runtime and tree attention with the
+    engine's layer ratios and prompt logits, the drafter under the draft runtime (by default the
+    verified target's), the baseline as the baseline engine runs the target. Without one: the
+    models as they stand, under a stated runtime, draft runtime and tree attention (a seed system
+    deploys its models with split attention)."""
+    batch = deployment.batch if batch is None else batch
+    attention = deployment.tree_attention
+    engine = deployment.engine
     if engine is None:
-        if draft_runtime is not None and drafter is not None:
-            drafter = drafter.under(draft_runtime)
-        if runtime is not None:
-            target = target.under(runtime)
-        return Pricing(target, drafter, context_len, batch, **options)
-    engine = load_engine(engine) if isinstance(engine, str) else engine
-    attention = tree_attention or engine.tree_attention
-    attention = "split" if attention == "none" else attention
-    verified = target.under(runtime or engine.target_runtime, attention, engine.host_layer_ratio,
+        stated = attention if "tree_attention" in deployment.stated else None
+        if drafter is not None:
+            drafter = drafter.under(deployment.draft_runtime, stated)
+        return Pricing(target.under(deployment.runtime, stated), drafter, context_len, batch,
+                       draft_window=deployment.draft_window, **options)
+    verified = target.under(deployment.runtime, attention, engine.host_layer_ratio,
                             engine.device_layer_ratio, engine.prompt_logits)
     if drafter is not None:
-        drafter = drafter.under(draft_runtime or engine.draft_runtime or verified.runtime.name,
-                                attention, engine.host_layer_ratio, engine.device_layer_ratio,
+        drafter = drafter.under(deployment.draft_runtime or verified.runtime.name, attention,
+                                engine.host_layer_ratio, engine.device_layer_ratio,
                                 engine.prompt_logits)
-    base = load_engine(baseline_engine) if baseline_engine else engine.baseline_engine()
-    baseline = target.under((runtime or engine.target_runtime) if base is engine
-                            else base.target_runtime, attention, base.host_layer_ratio,
+    base = deployment.baseline_engine
+    assert base is not None  # `deployment()` reads one with every engine
+    baseline = target.under(deployment.baseline_runtime, attention, base.host_layer_ratio,
                             base.device_layer_ratio, base.prompt_logits)
     return Pricing(verified, drafter, context_len, batch, engine=engine, baseline=baseline,
-                   baseline_engine=base, **options)
+                   baseline_engine=base, draft_window=deployment.draft_window, **options)
 
 
 def kv_capacity(models: list[CostModel], devices: int | None = None) -> float:

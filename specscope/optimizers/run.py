@@ -12,12 +12,11 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.hw_profiles.engine import default_draft_tp
-from specscope.hw_profiles.pricing import for_engine, under_attention
+from specscope.hw_profiles.deployment import Deployment
+from specscope.hw_profiles.pricing import deployed as deployed_pricing
 from specscope.limits import check_memory, check_time
 from specscope.models import get_model, list_models
 from specscope.models.catalogue import drafter_spec
-from specscope.models.spec import ModelSpec
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.optimizers.compare import (
     DP_REFERENCE,
@@ -44,14 +43,14 @@ from 1,000 to 16,000 nodes; 24.5 s at 16,000 nodes)."""
 
 @dataclass(frozen=True)
 class OptimizeRequest:
-    """The options of `optimize-tree`, as given (None = default)."""
+    """The options of `optimize-tree`, as given (None = default): what is deployed (its target
+    None: the trace's, else `DEFAULT_TARGET`; its drafter None: the source's draft model), and
+    the acceptance, budgets and methods to compare."""
 
-    hw: str
+    deployment: Deployment
     trace_path: Path | None = None
     acceptance: list[float] | None = None
     source: str | None = None
-    target: str | None = None
-    drafter: str | None = None
     algos: str = "all"
     budget: int | None = None
     budgets: list[int] | None = None
@@ -59,20 +58,6 @@ class OptimizeRequest:
     depth_dependent: bool = False
     context: int | None = None
     options: MethodOptions = field(default_factory=MethodOptions)
-    runtime: str | None = None
-    tree_attention: str | None = None
-    """How verification attention runs (`cost.TREE_ATTENTION`; None: the engine's, else
-    split)."""
-    engine: str | None = None
-    offload: float = 0.0
-    tp: int = 1
-    batch: int = 1
-    draft_window: int | None = None
-    draft_tp: int | None = None
-    """Devices the draft is sharded over (None: the engine's default, `default_draft_tp`, else
-    1)."""
-    draft_vocab: int | None = None
-    stages: int = 1
     system: str | None = None
     system_options: dict[str, Any] = field(default_factory=dict)
     deployed: Deployed | None = None
@@ -89,9 +74,6 @@ class Deployed:
     drafter: CostModel | None
     source: str
 
-
-SYSTEM_UNSTATED = ("offload", "stages", "draft_tp", "draft_vocab")
-"""Options that restate a plain target or draft model, which a --system deploys itself."""
 
 
 @dataclass(frozen=True)
@@ -177,66 +159,56 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         raise InputError(f"--max-depth must be ≥ 0, got {req.max_depth}")
     if req.context is not None and req.context < 0:
         raise InputError(f"--context must be ≥ 0, got {req.context}")
-    for option, value in (("--batch", req.batch), ("--tp", req.tp),
-                          ("--draft-window", req.draft_window or 1),
-                          ("--draft-tp", req.draft_tp or 1),
-                          ("--draft-vocab", req.draft_vocab or 1), ("--stages", req.stages)):
-        if value < 1:
-            raise InputError(f"{option} must be ≥ 1, got {value}")
     largest = req.budget if req.budget is not None else max(req.budgets or [1])
     what = f"optimize-tree {'--budget' if req.budget is not None else '--budgets'} {largest:,}"
     check_memory(largest * NODE_BYTES, what)
     check_time(largest**2 * NODE_PAIR_S, what)
     algos = resolve_algos(req.algos)
-    profile = load_profile(req.hw)
+    dep = req.deployment
+    profile = load_profile(dep.hw)
 
     trace: Trace | None = None
     if req.trace_path is not None:
         trace = read_trace(req.trace_path)
-        chosen = drafting(trace, req.source, req.drafter, list_models())
+        chosen = drafting(trace, req.source, dep.drafter, list_models())
         source = chosen.source
         model = AcceptanceModel.from_trace(
             trace, source, depth_dependent=req.depth_dependent, max_depth=req.max_depth
         )
         p = np.asarray(model.p)
         context = req.context if req.context is not None else trace.mean_context_len
-        target = req.target or _catalogue_or(trace.target, DEFAULT_TARGET)
+        target = dep.target or _catalogue_or(trace.target, DEFAULT_TARGET)
     else:
         p = acceptance_table(req.acceptance, "--acceptance")[0]
         source = req.source or DEFAULT_SOURCE  # a generic tree, whichever model drafts it
-        chosen = drafting(None, source, req.drafter, list_models())
+        chosen = drafting(None, source, dep.drafter, list_models())
         chosen = dataclasses.replace(chosen, drafter=chosen.drafter or DEFAULT_DRAFTER)
         context = req.context if req.context is not None else DEFAULT_CONTEXT
-        target = req.target or DEFAULT_TARGET
+        target = dep.target or DEFAULT_TARGET
     priced = drafter_spec(chosen.model, get_model(target), chosen.kept_layers, source)
     drafter = chosen.drafter or (priced.name if priced else NO_DRAFTER)
-    priced = _draft_as_stated(priced, req)
-
-    def cost_model(spec: ModelSpec, offload: float = 0.0, tp: int = 1, stages: int = 1
-                   ) -> CostModel:
-        return CostModel(profile, spec, runtime=req.runtime,
-                         tree_attention=req.tree_attention or "split", offload=offload, tp=tp,
-                         stages=stages)
+    priced = dep.draft_spec(priced)
 
     if req.deployed is None:
-        verified = cost_model(get_model(target), req.offload, tp=req.tp, stages=req.stages)
-        tp = req.draft_tp or default_draft_tp(req.engine, req.tp)
-        drafts = None if priced is None else cost_model(priced, tp=tp)
+        verified = CostModel(profile, get_model(target), weight_bits=dep.weight_bits,
+                             runtime=dep.runtime, tree_attention=dep.tree_attention,
+                             offload=dep.offload, tp=dep.tp, stages=dep.stages)
+        drafts = None if priced is None else CostModel(
+            profile, priced, runtime=dep.runtime, tree_attention=dep.tree_attention,
+            tp=dep.draft_tp)
     else:
         verified, drafts, source, drafter = _as_deployed(req, source)
-    pricing = for_engine(
-        req.engine, verified, drafts, int(context), req.batch,
-        tree_attention=req.tree_attention if req.engine else None,
-        temperature=0.0 if trace is None else trace.temperature, draft_window=req.draft_window,
-    )
+    pricing = deployed_pricing(dep, verified, drafts, int(context),
+                               temperature=0.0 if trace is None else trace.temperature)
     pricing.check_fits(int(context) + max([*(req.budgets or ()), req.budget or 0]),
-                       req.stages if req.stages > 1 else None)
+                       dep.stages if dep.stages > 1 else None)
     setup = Setup(p=p, source=source, pricing=pricing, max_depth=req.max_depth, trace=trace,
                   options=req.options)
     comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets, progress=progress)
     return OptimizeResult(profile.name, target, drafter, source, int(context), comparison,
                           pricing.target.runtime.name, pricing.target.tree_attention,
-                          engine=req.engine, batch=req.batch, system=req.system, setup=setup)
+                          engine=dep.engine_name, batch=dep.batch, system=req.system,
+                          setup=setup)
 
 
 def _as_deployed(req: OptimizeRequest, source: str
@@ -245,15 +217,16 @@ def _as_deployed(req: OptimizeRequest, source: str
     drafts with a model prices the acceptance's source as that model's levels (a given vector
     is its drafter's, so the trees are labelled with its source); a model-free one prices its
     own source's."""
-    deployed = req.deployed
+    deployed, dep = req.deployed, req.deployment
     assert deployed is not None
-    default = OptimizeRequest(hw=req.hw)
-    restated = [key for key in SYSTEM_UNSTATED if getattr(req, key) != getattr(default, key)]
+    restated = [key for key, given in (("offload", dep.offload != 0.0), ("stages", dep.stages > 1),
+                                       ("draft_tp", "draft_tp" in dep.stated),
+                                       ("draft_vocab", dep.draft_vocab is not None)) if given]
     if restated:
-        option = f"--{restated[0].replace('_', '-')} {getattr(req, restated[0])}"
+        option = f"--{restated[0].replace('_', '-')} {getattr(dep, restated[0])}"
         raise InputError(f"{option} restates the plain target or draft; --system "
                          f"{req.system} deploys its own (its keys: --system-options)")
-    target, drafter = under_attention(deployed.target, deployed.drafter, req.tree_attention)
+    target, drafter = deployed.target, deployed.drafter
     if drafter is None:
         return target, None, deployed.source, deployed.source
     if source in MODEL_FREE_SOURCES:
@@ -262,23 +235,6 @@ def _as_deployed(req: OptimizeRequest, source: str
     if req.trace_path is None:  # a given vector: the trees are the system's drafter's
         source = deployed.source
     return target, drafter, source, drafter.model.name
-
-
-def _draft_as_stated(spec: ModelSpec | None, req: OptimizeRequest) -> ModelSpec | None:
-    """The priced draft with the request's draft options: its own vocabulary replaced by
-    `draft_vocab` (an EAGLE-3 head's reduced one; a new name, so no measured table of the
-    full-vocabulary model prices it). The window and tp act on its pricing."""
-    stated = [o for o, v in (("--draft-window", req.draft_window),
-                             ("--draft-vocab", req.draft_vocab),
-                             ("--draft-tp", (req.draft_tp or 1) > 1 or None)) if v]
-    if spec is None:
-        if stated:
-            raise InputError(f"{stated[0]} prices a draft model; this source drafts without one")
-        return None
-    if req.draft_vocab is None or req.draft_vocab == spec.vocab_size:
-        return spec
-    return dataclasses.replace(spec, name=f"{spec.name}/vocab-{req.draft_vocab}",
-                               vocab_size=req.draft_vocab)
 
 
 def _catalogue_or(name: str | None, default: str) -> str:

@@ -85,38 +85,37 @@ class RateChoice:
 
 
 def choose_at_rate(req: OptimizeRequest, rate: float, requests: int, seed: int = 0,
-                   progress: Callable[[int, int], None] | None = None) -> RateChoice:
+                   progress: Callable[[int, int], None] | None = None,
+                   prompt_len: str | None = None, output_len: str | None = None
+                   ) -> RateChoice:
     """The tree for `rate` arrivals per second (module docstring), each simulation serving
-    `requests` seeded arrivals; `progress(done, total)` after each simulation."""
+    `requests` seeded arrivals of `prompt_len` and `output_len` tokens (`simulate`'s; None:
+    its defaults) under the request's deployment, its max batch included;
+    `progress(done, total)` after each simulation."""
     if not rate > 0:
         raise InputError(f"--rate must be > 0 requests/s, got {rate}")
-    unstated = [o for o, v in (("--draft-window", req.draft_window),
-                               ("--draft-vocab", req.draft_vocab),
-                               ("--draft-tp", (req.draft_tp or 1) > 1),
-                               ("--stages", req.stages > 1),
-                               ("--batch", req.batch > 1)) if v]
-    if unstated:
-        raise InputError(f"--rate simulates serving, which does not price {unstated[0]}; "
-                         "price it at a fixed --batch instead")
+    if req.deployment.batch > 1:
+        raise InputError(f"--batch {req.deployment.batch} fixes the batch that --rate "
+                         "chooses by simulating the load; give one of them")
     alone = run_optimize(req)
     trace = None if req.trace_path is None else read_trace(req.trace_path)
     budget = req.budget or max(req.budgets or [1])
+    drafter = (req.deployment.drafter if trace is not None or alone.drafter == NO_DRAFTER
+               else alone.drafter)
     sim = SimulateRequest(
-        hw=req.hw, target=alone.target, trace=trace, source=alone.source,
-        drafter=req.drafter if trace is not None or alone.drafter == NO_DRAFTER
-        else alone.drafter,
-        acceptance=None if req.acceptance is None else tuple(req.acceptance),
-        runtime=req.runtime, engine=req.engine, tree_attention=req.tree_attention,
-        offload=req.offload, tp=req.tp, rate=rate,
-        system=req.system, system_options=req.system_options,
-        requests=requests, seed=seed, budget=budget,
+        deployment=dataclasses.replace(req.deployment, target=alone.target, drafter=drafter),
+        trace=trace, source=alone.source,
+        acceptance=None if req.acceptance is None else tuple(req.acceptance), rate=rate,
+        system=req.system, system_options=req.system_options, prompt_len=prompt_len,
+        output_len=output_len, requests=requests, seed=seed, budget=budget,
         max_depth=budget if req.max_depth is None else req.max_depth, against_plain=False)
     total = 2 + MAX_TREES
     plain = run_simulation(dataclasses.replace(sim, policy="none"))
     batch = max(1, round(plain.summary["mean_batch"] or 1))
     if progress:
         progress(1, total)
-    result = alone if batch == 1 else run_optimize(dataclasses.replace(req, batch=batch))
+    result = alone if batch == 1 else run_optimize(dataclasses.replace(
+        req, deployment=dataclasses.replace(req.deployment, batch=batch)))
     candidates = [Candidate("plain decoding", "none", plain.summary)]
     seen = set()
     for score in result.comparison.scores:

@@ -234,13 +234,15 @@ class BatchPricer:
     `source` is the drafter source of levels drafted past a tree's depth; `link` is the draft
     link under separate placement (None: colocated); `temperature` the sampling temperature
     (the verification's host work depends on it); `engine` the engine whose loop's host work
-    a step pays (None: the profile's own).
+    a step pays (None: the profile's own); `draft_window` the tokens the draft keeps and reads
+    of each request's context (None: all of it), as `Pricing.draft_context`.
     """
 
     def __init__(self, target: CostModel, drafter: CostModel | None, source: str,
                  link: Link | None = None, temperature: float = 0.0,
-                 engine: Engine | None = None) -> None:
+                 engine: Engine | None = None, draft_window: int | None = None) -> None:
         self.target, self.drafter, self.source, self.link = target, drafter, source, link
+        self.draft_window = draft_window
         self._target = _Forwards(target)
         self._drafter = None if drafter is None else _Forwards(drafter)
         self._shapes: dict[tuple[int, int], tuple[Tree, _Shape]] = {}
@@ -268,14 +270,15 @@ class BatchPricer:
         for spec, context in zip(speculations, contexts, strict=True):
             group = groups.get(id(spec))
             if group is None:
-                groups[id(spec)] = [spec, 1, context]
+                groups[id(spec)] = [spec, 1, context, self._drafted(context)]
             else:
                 group[1] += 1
                 group[2] += context
+                group[3] += self._drafted(context)
         tokens = batch = context_sum = 0
         speculating = 0
         levels: dict[tuple[int, str], list[int]] = {}
-        for spec, count, contexts_sum in groups.values():
+        for spec, count, contexts_sum, drafted_sum in groups.values():
             shape = self.shape(spec)
             tokens += shape.size * count
             batch += count
@@ -284,11 +287,11 @@ class BatchPricer:
             for key, forwarded, expanded in shape.levels:
                 level = levels.get(key)
                 if level is None:
-                    levels[key] = [count, forwarded * count, contexts_sum, expanded * count]
+                    levels[key] = [count, forwarded * count, drafted_sum, expanded * count]
                 else:
                     level[0] += count
                     level[1] += forwarded * count
-                    level[2] += contexts_sum
+                    level[2] += drafted_sum
                     level[3] += expanded * count
         draft = sum(self._level_s(source, *level) for (_, source), level in levels.items())
         for size, done in chunks:
@@ -297,7 +300,8 @@ class BatchPricer:
             context_sum += done
         if chunks and self._drafter is not None and self.link is None:
             draft += self._drafter.forward(len(chunks), sum(s for s, _ in chunks),
-                                           sum(d for _, d in chunks) / len(chunks))
+                                           sum(self._drafted(d) for _, d in chunks)
+                                           / len(chunks))
         served = self._host.serve_step + (len(contexts) - speculating) * self._host.serve_row
         context = context_sum / batch
         if self._host.pads_context and contexts:
@@ -308,6 +312,10 @@ class BatchPricer:
         verify = self._target.verify(batch, tokens, context) + self._host.verify
         return StepParts(draft, verify, speculating * self._host.bookkeeping
                          + self._host.batched_bookkeeping + served)
+
+    def _drafted(self, context: int) -> int:
+        """Tokens of a request's `context` the draft reads (its window's worth at most)."""
+        return context if self.draft_window is None else min(context, self.draft_window)
 
     def _level_s(self, source: str, count: int, forwarded: int, context_sum: int,
                  expanded: int) -> float:

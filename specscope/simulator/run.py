@@ -23,8 +23,10 @@ import simpy
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
-from specscope.hw_profiles.engine import DEFAULT_ENGINE, default_draft_tp, load_engine
-from specscope.hw_profiles.pricing import for_engine, kv_capacity, under_attention
+from specscope.hw_profiles.deployment import Deployment
+from specscope.hw_profiles.engine import DEFAULT_ENGINE
+from specscope.hw_profiles.pricing import deployed as deployed_pricing
+from specscope.hw_profiles.pricing import kv_capacity
 from specscope.limits import check_memory
 from specscope.models import ModelSpec, get_model, list_models
 from specscope.models.catalogue import drafter_spec
@@ -58,12 +60,11 @@ share of a `Group`), its row of the per-request table and the Python lists that 
 
 @dataclass(frozen=True)
 class SimulateRequest:
-    """The options of `specscope simulate` (see `specscope simulate --help`)."""
+    """The options of `specscope simulate` (see `specscope simulate --help`): what is deployed
+    (its target a catalogue name or a `ModelSpec` of one's own; its max batch None: the engine
+    scheduler's default for this policy, speculating or not, else `MAX_BATCH`), and the load."""
 
-    hw: str
-    target: str | ModelSpec
-    """A catalogue name, or a `ModelSpec` of one's own."""
-    drafter: str | None = None
+    deployment: Deployment
     trace: Trace | None = None
     source: str | None = None
     """The trace source whose acceptance is used (a kind alone, `rasd`, when unique)."""
@@ -74,21 +75,8 @@ class SimulateRequest:
     budget: int = 16
     max_depth: int = 12
     acceptance: tuple[float, ...] | None = None
-    runtime: str | None = None
-    engine: str | None = None
-    """The software stack priced (hw_profiles/data/engines; None: specscope's own loop)."""
-    tree_attention: str | None = None
-    """How verification attention runs (`cost.TREE_ATTENTION`; None: the engine's, else
-    split)."""
-    offload: float = 0.0
-    """Fraction of the target's weights streamed from host memory every forward."""
-    tp: int = 1
-    weight_bits: int | None = None
     rate: float = 1.0
     requests: int = 100
-    max_batch: int | None = None
-    """Sequences per step (None: the engine's scheduler default for this policy, speculating or
-    not, else `MAX_BATCH`)."""
     token_budget: int = 8192
     chunked_prefill: int | None = None
     replicas: int = 1
@@ -142,26 +130,21 @@ def run_simulation(req: SimulateRequest,
     arrival."""
     asked, req = req, _with_max_batch(req)
     _check(req)
-    profile = load_profile(req.hw)
-    spec = get_model(req.target) if isinstance(req.target, str) else req.target
+    dep = req.deployment
+    profile = load_profile(dep.hw)
+    spec = dep.target if isinstance(dep.target, ModelSpec) else get_model(dep.target)
     deployed = _deploy(req, spec)
     if deployed is None:
-        target = CostModel(profile, spec, weight_bits=req.weight_bits, tp=req.tp,
-                           runtime=req.runtime, offload=req.offload)
+        target = CostModel(profile, spec, weight_bits=dep.weight_bits, tp=dep.tp,
+                           runtime=dep.runtime, offload=dep.offload, stages=dep.stages)
         drafter = _drafter(req, profile, spec)
         drift = req.drift
     else:
         target, drafter = deployed.target, _Drafter(deployed.source, deployed.drafter)
         scale = deployed.acceptance_scale
         drift = tuple(m * scale for m in req.drift or (1.0,)) if scale != 1.0 else req.drift
-    target, cost = under_attention(target, drafter.cost, req.tree_attention)
-    drafter = _Drafter(drafter.source, cost)
-    engine = None
-    if req.engine is not None:
-        price = for_engine(req.engine, target, drafter.cost, 1, runtime=req.runtime,
-                           tree_attention=req.tree_attention)
-        target, drafter = price.target, _Drafter(drafter.source, price.drafter)
-        engine = price.engine
+    price = deployed_pricing(dep, target, drafter.cost, 1)
+    target, drafter, engine = price.target, _Drafter(drafter.source, price.drafter), price.engine
     model = _acceptance_model(req, drafter.source)
     tree = _tree(req, spec.name, drafter.source)
     acceptance = Acceptance(model, req.trace, req.seed, drift)
@@ -169,14 +152,15 @@ def run_simulation(req: SimulateRequest,
         acceptance.check(tree)
     link = Link(req.link_gbps, req.link_us) if req.draft_placement == "separate" else None
     temperature = 0.0 if req.trace is None else req.trace.temperature
-    pricer = BatchPricer(target, drafter.cost, drafter.source, link, temperature, engine)
+    pricer = BatchPricer(target, drafter.cost, drafter.source, link, temperature, engine,
+                         dep.draft_window)
     colocated = [target] + ([drafter.cost] if drafter.cost is not None and link is None else [])
-    capacity = kv_capacity(colocated)
+    capacity = kv_capacity(colocated, dep.stages if dep.stages > 1 else None)
     max_tree = 1 if req.policy == "none" else max(req.budget, tree.size if tree else 1)
-    limits = Limits(req.max_batch, req.token_budget, req.chunked_prefill, max_tree)
+    limits = Limits(dep.max_batch, req.token_budget, req.chunked_prefill, max_tree)
     limits.check()
     workload = _workload(req, deployed.prompt_tokens if deployed else 0)
-    check_memory(memory_estimate(workload, req.max_batch * req.replicas),
+    check_memory(memory_estimate(workload, dep.max_batch * req.replicas),
                  f"simulate --requests {req.requests:,}")
     groups = build_groups(workload, req.seed, acceptance.trace_request,
                           acceptance.trace_lengths, acceptance.multiplier)
@@ -203,15 +187,15 @@ def run_simulation(req: SimulateRequest,
     series = time_series(events, capacity)
     summary = {
         "hardware": profile.name, "target": spec.name, "runtime": target.runtime.name,
-        "engine": req.engine or DEFAULT_ENGINE,
-        "tp": req.tp, "weight_bits": target.weight_bits,
-        "drafter": drafter.cost.model.name if drafter.cost else req.drafter,
+        "engine": dep.engine_name or DEFAULT_ENGINE,
+        "tp": dep.tp, "weight_bits": target.weight_bits,
+        "drafter": drafter.cost.model.name if drafter.cost else dep.drafter,
         "draft_tp": drafter.cost.tp if drafter.cost else None,
         "source": drafter.source, "system": req.system or "none",
         "lossy": bool(deployed and deployed.lossy),
         "policy": req.policy, "draft_placement": req.draft_placement,
         "workload": req.workload, "rate": req.rate, "arrivals": req.requests,
-        "replicas": req.replicas, "max_batch": req.max_batch, "seed": req.seed,
+        "replicas": req.replicas, "max_batch": dep.max_batch, "seed": req.seed,
         **summarise(requests, series, req.slo_tpot_ms),
         "kv_capacity_bytes": capacity,
         "acceptance": acceptance.origin,
@@ -260,15 +244,15 @@ def _with_max_batch(req: SimulateRequest) -> SimulateRequest:
     """`req` with its batch limit resolved: as given, else the engine's scheduler default for
     the policy (vLLM's `max_num_seqs`; SGLang's 48 running requests while speculating), else
     `MAX_BATCH`."""
-    if req.max_batch is not None:
-        return req
-    stated = (None if req.engine is None
-              else load_engine(req.engine).default_batch(req.policy != "none"))
-    return dataclasses.replace(req, max_batch=stated or MAX_BATCH)
+    limit = req.deployment.max_batch_for(req.policy != "none") or MAX_BATCH
+    return dataclasses.replace(req, deployment=dataclasses.replace(req.deployment,
+                                                                   max_batch=limit))
 
 
 def _check(req: SimulateRequest) -> None:
     """Raise `InputError` for the first bad option that needs nothing loaded."""
+    if req.deployment.target is None:
+        raise InputError("--target: simulate serves a named target model; give one")
     if req.policy not in POLICIES:
         raise InputError(f"--policy: unknown policy {req.policy!r}; known: "
                          f"{', '.join(POLICIES)}")
@@ -278,7 +262,7 @@ def _check(req: SimulateRequest) -> None:
         raise InputError(f"--budget {req.budget} exceeds --token-budget {req.token_budget}")
     if req.max_depth < 0:
         raise InputError(f"--max-depth must be ≥ 0, got {req.max_depth}")
-    if req.offload and req.system is not None:
+    if req.deployment.offload and req.system is not None:
         raise InputError("--offload prices the plain target; a --system deploys its own "
                          "(no offloading)")
     if req.draft_placement not in PLACEMENTS:
@@ -297,19 +281,21 @@ def _check(req: SimulateRequest) -> None:
 
 def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) -> _Drafter:
     """The drafter's source and cost model (module docstring), a draft model on the engine's
-    devices for it (`default_draft_tp`); plain decoding (`--policy none`) loads no draft model,
+    devices for it (`Deployment.draft_tp`); plain decoding (`--policy none`) loads no draft model,
     whatever drafter is named."""
-    if req.trace is None and req.drafter is None and req.source is None:
+    dep = req.deployment
+    if req.trace is None and dep.drafter is None and req.source is None:
         if req.policy != "none":
             raise InputError(f"--policy {req.policy} needs --drafter (a draft model or "
                              f"{', '.join(sorted(MODEL_FREE_SOURCES))}) or --trace")
         return _Drafter(DEFAULT_SOURCE, None)
-    chosen = drafting(req.trace, req.source, req.drafter, list_models())
-    priced = drafter_spec(chosen.model, target, chosen.kept_layers, chosen.source)
+    chosen = drafting(req.trace, req.source, dep.drafter, list_models())
+    priced = dep.draft_spec(drafter_spec(chosen.model, target, chosen.kept_layers,
+                                         chosen.source))
     if req.policy == "none":
         return _Drafter(chosen.source, None)
-    cost = None if priced is None else CostModel(profile, priced, runtime=req.runtime,
-                                                 tp=default_draft_tp(req.engine, req.tp))
+    cost = None if priced is None else CostModel(profile, priced, runtime=dep.runtime,
+                                                 tp=dep.draft_tp)
     if req.draft_placement == "separate" and cost is None:
         raise InputError("--draft-placement separate needs a draft model (--drafter MODEL)")
     return _Drafter(chosen.source, cost)
@@ -324,9 +310,10 @@ def _deploy(req: SimulateRequest, spec: ModelSpec) -> SystemCosts | None:
             raise InputError(f"{'--images' if req.images else '--system-options'} needs "
                              "--system")
         return None
-    draft = None if req.drafter in (None, *MODEL_FREE_SOURCES) else req.drafter
-    return deploy(req.system, req.hw, spec.name, draft=draft, weight_bits=req.weight_bits,
-                  tp=req.tp, runtime=req.runtime, images=req.images,
+    dep = req.deployment
+    draft = None if dep.drafter in (None, *MODEL_FREE_SOURCES) else dep.drafter
+    return deploy(req.system, dep.hw, spec.name, draft=draft, weight_bits=dep.weight_bits,
+                  tp=dep.tp, runtime=dep.runtime, images=req.images,
                   options=dict(req.system_options))
 
 

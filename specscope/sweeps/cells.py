@@ -19,7 +19,8 @@ from functools import cached_property
 from typing import Any
 
 from specscope.hw_profiles import load_profile
-from specscope.hw_profiles.engine import DEFAULT_ENGINE, load_engine
+from specscope.hw_profiles.deployment import Deployment, deployment
+from specscope.hw_profiles.engine import DEFAULT_ENGINE
 from specscope.models import get_model
 from specscope.sweeps.config import (
     NO_SYSTEM,
@@ -67,6 +68,17 @@ class Cell:
     system: str = NO_SYSTEM
     system_options: tuple[tuple[str, Any], ...] = ()
     engine: str = DEFAULT_ENGINE
+
+    @property
+    def deployment(self) -> Deployment:
+        """What the cell deploys (specscope's own engine: the models as they stand on the
+        profile's loop); a simulated cell's batch is its server's limit."""
+        return deployment(self.hardware, target=self.target,
+                          drafter=None if self.drafter == NO_DRAFTER else self.drafter,
+                          engine=None if self.engine == DEFAULT_ENGINE else self.engine,
+                          runtime=self.runtime, tp=self.tp, weight_bits=self.weight_bits,
+                          batch=self.batch if self.mode == "analytic" else 1,
+                          max_batch=self.batch if self.mode == "simulate" else None)
 
     @cached_property
     def key(self) -> str:
@@ -161,7 +173,8 @@ def _cell(grid: Grid, config: SweepConfig, p: dict[str, Any],
         seed = int(digest({"seed": seed, "rate": p["rate"], "workload": settings})[:8], 16)
     return Cell(
         mode=grid.mode, hardware=p["hardware"],
-        runtime=p["runtime"] or load_engine(engine).target_runtime or default_runtime,
+        runtime=deployment(p["hardware"], engine=engine, runtime=p["runtime"]).runtime
+        or default_runtime,
         target=p["target"], drafter=p["drafter"],
         source=grid.sources.get(p["drafter"], NO_DRAFTER),
         method=p["method"], budget=p["budget"],

@@ -32,8 +32,10 @@ import polars as pl
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
+from specscope.hw_profiles.deployment import deployment
 from specscope.hw_profiles.engine import DEFAULT_ENGINE
-from specscope.hw_profiles.pricing import Pricing, for_engine
+from specscope.hw_profiles.pricing import Pricing
+from specscope.hw_profiles.pricing import deployed as deployed_pricing
 from specscope.models import get_model
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.optimizers.compare import (
@@ -130,14 +132,11 @@ def _simulated(cell: Cell, trace: Trace | None) -> dict[str, Any]:
     if cell.method not in POLICIES:  # a tree method: its tree served as a static tree
         tree = _tree(cell, _setup(cell, trace, _pricing(cell, trace)))[0]
     request = SimulateRequest(
-        hw=cell.hardware, target=cell.target,
-        drafter=None if cell.drafter == NO_DRAFTER else cell.drafter, trace=trace,
+        deployment=cell.deployment, trace=trace,
         source=None if cell.drafter == NO_DRAFTER else cell.source,
         policy="static" if tree else cell.method, tree=tree, budget=cell.budget,
-        max_depth=cell.max_depth, acceptance=cell.acceptance.vector, runtime=cell.runtime,
-        engine=None if cell.engine == DEFAULT_ENGINE else cell.engine, tp=cell.tp,
-        weight_bits=cell.weight_bits, rate=float(cell.rate or 0.0),
-        max_batch=cell.batch, seed=cell.seed, **dict(cell.simulation),
+        max_depth=cell.max_depth, acceptance=cell.acceptance.vector,
+        rate=float(cell.rate or 0.0), seed=cell.seed, **dict(cell.simulation),
         system=None if cell.system == NO_SYSTEM else cell.system,
         system_options=dict(cell.system_options), against_plain=False)
     summary = run_simulation(request).summary
@@ -178,8 +177,9 @@ def _cached_pricing(hardware: str, runtime: str, target: str, drafter: str, tp: 
     else:
         models = (_cost(hardware, target, runtime, tp, weight_bits),
                   None if drafter in MODEL_FREE_SOURCES else _cost(hardware, drafter, runtime))
-    return for_engine(None if engine == DEFAULT_ENGINE else engine, *models, context, batch,
-                      runtime=runtime, temperature=temperature)
+    setup = deployment(hardware, engine=None if engine == DEFAULT_ENGINE else engine,
+                       runtime=runtime, batch=batch)
+    return deployed_pricing(setup, *models, context, temperature=temperature)
 
 
 @cache

@@ -46,11 +46,14 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from specscope.errors import InputError
 from specscope.files import read_toml
+from specscope.hw_profiles.deployment import Deployment, deployment
+from specscope.hw_profiles.engine import DEFAULT_ENGINE
 
 SETUPS = ("complete", "partial")
 BASELINES = ("autoregressive", "head", "draft-model")
@@ -94,6 +97,18 @@ class Case:
     anchor_speedup: float | None = None
     timed_prefill: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def deployment(self) -> Deployment:
+        """What the case deploys, resolved once: its engine (specscope's own when the case
+        states only a tree attention or a baseline engine), runtimes, tree attention, the
+        target's precision, tp and offloaded fraction, and the batch."""
+        engine = self.engine or (DEFAULT_ENGINE if self.tree_attention else None)
+        return deployment(self.hw, target=self.target, drafter=self.draft, engine=engine,
+                          runtime=self.runtime, draft_runtime=self.draft_runtime,
+                          tree_attention=self.tree_attention,
+                          baseline_engine=self.baseline_engine, weight_bits=self.weight_bits,
+                          tp=self.tp, offload=self.offload, batch=self.batch)
 
     @property
     def tokens_per_step(self) -> float:

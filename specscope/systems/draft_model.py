@@ -4,7 +4,6 @@ system is measured against."""
 
 from __future__ import annotations
 
-from specscope.hw_profiles.engine import default_draft_tp
 from specscope.systems.base import System, SystemCosts
 from specscope.systems.case import Case
 from specscope.systems.step import Prediction, cost_model, pricing, speculative, target_model
@@ -12,11 +11,11 @@ from specscope.systems.step import Prediction, cost_model, pricing, speculative,
 
 def costs(case: Case) -> SystemCosts:
     """The target as the case states it, and the `draft` catalogue model at 16 bits, on the
-    devices the case's engine gives a draft (`default_draft_tp`: vLLM's and SGLang's shard it
+    devices the case's engine gives a draft (`Deployment.draft_tp`: vLLM's and SGLang's shard it
     as the target)."""
     if case.draft is None:
         raise case.fail("system draft-model needs a draft (a catalogue model)")
-    draft = cost_model(case, case.draft, tp=default_draft_tp(case.engine, case.tp))
+    draft = cost_model(case, case.draft, tp=case.deployment.draft_tp)
     return SystemCosts(target_model(case), draft, f"draft:{case.draft}")
 
 

@@ -14,8 +14,8 @@ fraction j (`judge_rate`) of the tokens the target rejects, so α_judge = α + (
 chain of d yields G(a) = (1 − a^{d+1}) / (1 − a) tokens per step at a = α_judge. One step is d
 draft forwards, one target verification of d + 1 tokens with the judge head's linear on each, and
 the loop's bookkeeping (`step.tree_step`); j = 0 is no judge at all, plain draft-model
-speculation at α. The draft runs at `draft_tp` devices (default: the engine's, `default_draft_tp`;
-gpt-fast, the paper's engine, shards the draft with the target).
+speculation at α. The draft runs at `draft_tp` devices (default: the engine's,
+`Deployment.draft_tp`; gpt-fast, the paper's engine, shards the draft with the target).
 
 Approximated: acceptance independent and identical per position (the geometric chain); the
 judge's threshold enters only through j; the judge's own quality (the paper's benchmark scores)
@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import Any
 
 from specscope.hw_profiles import CostModel
-from specscope.hw_profiles.engine import default_draft_tp
 from specscope.models.ops import OpCost, linear_op
 from specscope.systems.base import System, SystemCosts
 from specscope.systems.case import Case
@@ -44,7 +43,7 @@ OPTIONS: dict[str, type | tuple[type, ...]] = {
 """alpha: the target's own per-token acceptance of the draft (default: solved from the case's τ
 as the standard τ of its chain); judge_rate: the fraction of target-rejected drafted tokens the
 judge accepts at its threshold (default 0: no judge); draft_tp: devices the draft is sharded
-over (default: the engine's, `default_draft_tp`)."""
+over (default: the engine's, `Deployment.draft_tp`)."""
 
 
 class JudgeTargetCost(CostModel):
@@ -110,7 +109,7 @@ def acceptance(case: Case) -> tuple[float, float]:
 def _draft(case: Case) -> CostModel:
     if case.draft is None:
         raise case.fail("system judge needs a draft (a catalogue model)")
-    devices = case.options.get("draft_tp", default_draft_tp(case.engine, case.tp))
+    devices = case.options.get("draft_tp", case.deployment.draft_tp)
     if devices < 1:
         raise case.fail(f"draft_tp = {devices} must be at least 1")
     return cost_model(case, case.draft, tp=devices)

@@ -18,7 +18,8 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.hw_profiles import load_profile
-from specscope.hw_profiles.engine import DEFAULT_ENGINE, load_engine
+from specscope.hw_profiles.deployment import engine_sources
+from specscope.hw_profiles.engine import DEFAULT_ENGINE
 from specscope.systems.case import Case, case_from_table, read_case_tables
 from specscope.systems.registry import SYSTEMS
 from specscope.systems.step import Prediction, with_prefill
@@ -204,8 +205,7 @@ def provenance(rows: list[Reproduced]) -> list[str]:
     engines = sorted({n for r in rows for n in (r.case.engine or DEFAULT_ENGINE,
                                                  r.case.baseline_engine) if n})
     for name in engines:
-        engine = load_engine(name)
-        lines += [f"engine {name}: {key}: {text}" for key, text in engine.sources.items()]
+        lines += [f"engine {name}: {key}: {text}" for key, text in engine_sources(name).items()]
     for hw in sorted({r.case.hw for r in rows}):
         profile = load_profile(hw)
         host = (f"{profile.host_cpu}, single-thread speed {profile.host_speed:g} "

@@ -18,7 +18,7 @@ from typing import Any
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.hw_profiles.pricing import Pricing, for_engine
+from specscope.hw_profiles.pricing import Pricing, deployed
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
 from specscope.systems.case import Case
@@ -83,9 +83,7 @@ def pricing(case: Case, target: CostModel, draft: CostModel | None,
     """`Pricing` of the case's batch at its mean decoding context (or `context`), on the case's
     engine (none: the models as they stand)."""
     at = case.decode_context if context is None else context
-    priced = for_engine(case.engine, target, draft, round(at), case.batch, runtime=case.runtime,
-                        draft_runtime=case.draft_runtime, baseline_engine=case.baseline_engine,
-                        tree_attention=case.tree_attention)
+    priced = deployed(case.deployment, target, draft, round(at))
     try:
         priced.check_fits(case.context + case.new_tokens, case.gpus)
     except InputError as exc:

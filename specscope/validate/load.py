@@ -50,6 +50,7 @@ from specscope.executor.runtime import Runtime
 from specscope.executor.session import Session, draft_model_for, load_session
 from specscope.executor.threads import use_threads
 from specscope.hw_profiles import load_profile
+from specscope.hw_profiles.deployment import deployment
 from specscope.hw_profiles.profile import check_device_kind
 from specscope.models import get_model
 from specscope.models.zoo import zoo_specs
@@ -129,7 +130,7 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
     start = time.perf_counter()
     profile = load_profile(req.hw)
     if req.model not in zoo_specs():
-        raise InputError(f"--model: unknown zoo model {req.model!r}; zoo models: "
+        raise InputError(f"--target: unknown zoo model {req.model!r}; zoo models: "
                          f"{', '.join(sorted(zoo_specs()))}")
     unknown = [p for p in req.policies if p not in LOAD_POLICIES]
     if unknown or len(set(req.policies)) < 2:
@@ -247,11 +248,12 @@ def simulate(req: LoadRequest, sizes: LoadSizes, trace: Trace, source: str,
     step 5)."""
     priced = draft_name if req.drafter in DRAFT_MODEL_DRAFTERS else req.drafter
     sim = run_simulation(SimulateRequest(
-        hw=req.hw, target=req.model, drafter=priced, trace=trace, source=source, policy=policy,
-        tree=_tree(policy, req.budget, source), budget=req.budget, max_depth=MAX_DEPTH,
-        runtime=runtime, rate=rate * drift, requests=sizes.requests,
-        max_batch=sizes.max_batch, token_budget=req.token_budget, prompt_len="trace",
-        output_len=str(sizes.output_len), seed=req.seed, against_plain=False)).summary
+        deployment=deployment(req.hw, target=req.model, drafter=priced, runtime=runtime,
+            max_batch=sizes.max_batch),
+        trace=trace, source=source, policy=policy, tree=_tree(policy, req.budget, source),
+        budget=req.budget, max_depth=MAX_DEPTH, rate=rate * drift, requests=sizes.requests,
+        token_budget=req.token_budget, prompt_len="trace", output_len=str(sizes.output_len),
+        seed=req.seed, against_plain=False)).summary
     return dilate(sim, drift)
 
 

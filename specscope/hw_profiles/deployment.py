@@ -1,0 +1,150 @@
+"""A `Deployment`: what runs where, as the user stated it, resolved once.
+
+One frozen object says which target and drafter run on which hardware profile under which
+engine, with each model's runtime, the tree attention, precision, tensor and pipeline
+parallelism, the draft's window and vocabulary, and the batch. `deployment(...)` builds it from
+the options every pricing command shares (or from a paper's case, or a sweep's cell) and is the
+only place that reads an engine file and resolves what the engine implies: the runtimes, the
+tree attention, the baseline the speedup divides by, the draft model's devices and the
+scheduler's batch limit. Pricing, the simulator, the optimizers, sweeps and `reproduce` read
+the resolved fields and never consult an engine themselves, as vLLM builds its `VllmConfig` (and
+`SpeculativeConfig`) once in the entrypoint and hands it down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from specscope.errors import InputError
+from specscope.hw_profiles.engine import DEFAULT_ENGINE, Engine, load_engine
+from specscope.models.spec import ModelSpec
+
+TREE_ATTENTION_DEFAULT = "split"
+"""Tree attention when neither the command nor an engine states one."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment, resolved (module docstring). None in a model or runtime field keeps what
+    the caller's cost models already hold (the catalogue model, the profile's runtime).
+
+    hw: the hardware profile (a shipped name or a TOML path); target / drafter: as stated (None:
+    the trace's or the command's default); engine: the engine file read (None: the models as
+    they stand on the profile's own loop); baseline_engine: whose autoregressive loop the
+    speedup divides by; runtime / draft_runtime / baseline_runtime: the target's, the draft's
+    and the baseline's runtime (None: as the cost models hold it; a draft with none runs the
+    verified target's); tree_attention: how verification attention runs
+    (`cost.TREE_ATTENTION`);
+    draft_tp: the draft model's devices; max_batch: the server's limit as stated (None:
+    `max_batch_for`); stated: which of tree_attention and draft_tp the options gave (a stated
+    tree attention applies without an engine too; a stated draft tp needs a draft model)."""
+
+    hw: str
+    target: str | ModelSpec | None = None
+    drafter: str | None = None
+    engine: Engine | None = None
+    baseline_engine: Engine | None = None
+    runtime: str | None = None
+    draft_runtime: str | None = None
+    baseline_runtime: str | None = None
+    tree_attention: str = TREE_ATTENTION_DEFAULT
+    weight_bits: int | None = None
+    tp: int = 1
+    draft_tp: int = 1
+    stages: int = 1
+    offload: float = 0.0
+    draft_window: int | None = None
+    draft_vocab: int | None = None
+    batch: int = 1
+    max_batch: int | None = None
+    stated: frozenset[str] = frozenset()
+
+    @property
+    def engine_name(self) -> str | None:
+        """The engine's name as stated (None: no engine, the profile's own loop)."""
+        return None if self.engine is None else self.engine.name
+
+    def max_batch_for(self, speculating: bool) -> int | None:
+        """Sequences a server runs in one step: as stated, else the engine scheduler's default
+        (SGLang's lower limit while speculating), else None (the caller's own default)."""
+        if self.max_batch is not None:
+            return self.max_batch
+        return None if self.engine is None else self.engine.default_batch(speculating)
+
+    def draft_spec(self, spec: ModelSpec | None) -> ModelSpec | None:
+        """The priced draft model `spec` (None: the source drafts without one) with the draft
+        options: its vocabulary replaced by `draft_vocab` (an EAGLE-3 head's reduced one; a new
+        name, so no measured table of the full-vocabulary model prices it). The window and tp
+        act on its pricing; any of them stated for a model-free source is an `InputError`."""
+        stated = [o for o, v in (("--draft-window", self.draft_window),
+                                 ("--draft-vocab", self.draft_vocab),
+                                 ("--draft-tp", "draft_tp" in self.stated and self.draft_tp > 1))
+                  if v]
+        if spec is None:
+            if stated:
+                raise InputError(f"{stated[0]} prices a draft model; this source drafts "
+                                 "without one")
+            return None
+        if self.draft_vocab is None or self.draft_vocab == spec.vocab_size:
+            return spec
+        return dataclasses.replace(spec, name=f"{spec.name}/vocab-{self.draft_vocab}",
+                                   vocab_size=self.draft_vocab)
+
+
+def deployment(hw: str, *, target: str | ModelSpec | None = None, drafter: str | None = None,
+               engine: str | None = None, runtime: str | None = None,
+               draft_runtime: str | None = None, tree_attention: str | None = None,
+               baseline_engine: str | None = None, weight_bits: int | None = None, tp: int = 1,
+               draft_tp: int | None = None, stages: int = 1, offload: float = 0.0,
+               draft_window: int | None = None, draft_vocab: int | None = None,
+               batch: int = 1, max_batch: int | None = None) -> Deployment:
+    """The `Deployment` of these options, every engine-implied setting resolved here:
+
+    - an engine (or, without one, a stated baseline engine, which needs specscope's own engine
+      file to divide by) is read once; its target runtime stands where no `runtime` is stated,
+      its draft runtime where no `draft_runtime` is, and its tree attention where none is stated
+      ("none", chains only, prices as split);
+    - the baseline runs the engine's baseline engine (or `baseline_engine`), under the target's
+      runtime when that is the engine itself, else under its own;
+    - a draft model runs on `draft_tp` devices, else the target's under an engine that shards it
+      so (vLLM, SGLang, gpt-fast: `Engine.draft_at_target_tp`), else one.
+
+    A count below 1 or an offloaded fraction outside [0, 1] is an `InputError` naming its option.
+    """
+    for option, value in (("--batch", batch), ("--tp", tp), ("--stages", stages),
+                          ("--draft-window", draft_window), ("--draft-tp", draft_tp),
+                          ("--draft-vocab", draft_vocab), ("--max-batch", max_batch)):
+        if value is not None and value < 1:
+            raise InputError(f"{option} must be ≥ 1, got {value}")
+    if not 0 <= offload <= 1:
+        raise InputError(f"--offload must be within [0, 1], got {offload}")
+    if engine is None and baseline_engine is not None:
+        engine = DEFAULT_ENGINE
+    read = None if engine is None else load_engine(engine)
+    attention = tree_attention or (TREE_ATTENTION_DEFAULT if read is None
+                                   else read.tree_attention)
+    if attention == "none":
+        attention = TREE_ATTENTION_DEFAULT
+    base = baseline_runtime = None
+    if read is not None:
+        base = (load_engine(baseline_engine) if baseline_engine
+                else read if read.baseline == read.name else load_engine(read.baseline))
+        runtime = runtime or read.target_runtime
+        draft_runtime = draft_runtime or read.draft_runtime
+        baseline_runtime = runtime if base is read else base.target_runtime
+    sharded = read is not None and read.draft_at_target_tp
+    return Deployment(hw=hw, target=target, drafter=drafter, engine=read, baseline_engine=base,
+                      runtime=runtime, draft_runtime=draft_runtime,
+                      baseline_runtime=baseline_runtime, tree_attention=attention,
+                      weight_bits=weight_bits,
+                      tp=tp, draft_tp=draft_tp or (tp if sharded else 1), stages=stages,
+                      offload=offload, draft_window=draft_window, draft_vocab=draft_vocab,
+                      batch=batch, max_batch=max_batch,
+                      stated=frozenset(k for k, v in (("tree_attention", tree_attention),
+                                                       ("draft_tp", draft_tp)) if v is not None))
+
+
+def engine_sources(name: str) -> dict[str, str]:
+    """Where each stated value of engine `name` comes from (its `[sources]`)."""
+    return load_engine(name).sources
