@@ -361,7 +361,7 @@ def scaled_acceptance(p: np.ndarray, scale: float) -> np.ndarray:
 class TreeFile:
     """A tree read from a JSON file, with what `optimize-tree` recorded about it (None for a
     bare tree): the target and drafter source it was optimised for, its method, its predicted
-    speedup and the file's best one."""
+    speedup and the file's best one, and the drafter it priced."""
 
     tree: Tree
     target: str | None = None
@@ -369,6 +369,7 @@ class TreeFile:
     algo: str | None = None
     speedup: float | None = None
     best_speedup: float | None = None
+    drafter: str | None = None
 
 
 def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
@@ -390,7 +391,8 @@ def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
         raise InputError(f"--algo {algo}: not in {path} (methods: "
                          f"{', '.join(str(r.get('algo')) for r in results)})")
     return TreeFile(_tree(chosen.get("tree"), path), data.get("target"), data.get("source"),
-                    chosen.get("algo"), _speedup(chosen), _speedup(results[0]))
+                    chosen.get("algo"), _speedup(chosen), _speedup(results[0]),
+                    data.get("drafter"))
 
 
 def _speedup(result: object) -> float | None:

@@ -1,5 +1,5 @@
 """The export document: an engine's configuration of the best tree it can run, beside the best
-tree of all (`optimize-tree --export`), or of a given tree (`specscope export`)."""
+tree of all (`optimize-tree --to`), or of a given tree (`specscope export`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from specscope.errors import InputError
 from specscope.interop import hf_transformers, sglang, tensorrt_llm, vllm
 from specscope.interop.engine import Plan, chains_only, checked_model, method_for, model_id
 from specscope.interop.families import best_chain, dp_best
+from specscope.models import list_models
 from specscope.names import EXPORT_ENGINES
 from specscope.optimizers.run import OptimizeResult
 from specscope.trace.sources import draft_model
@@ -23,7 +24,7 @@ ENGINES: dict[str, ModuleType] = dict(zip(EXPORT_ENGINES, (vllm, sglang, tensorr
 def engine_module(engine: str) -> ModuleType:
     """The exporter of `engine`; an `InputError` naming the option for an unknown one."""
     if engine not in ENGINES:
-        raise InputError(f"--export {engine}: not one of {', '.join(ENGINES)}")
+        raise InputError(f"--to {engine}: not one of {', '.join(ENGINES)}")
     return ENGINES[engine]
 
 
@@ -76,7 +77,8 @@ def tree_export(path: Path, engine: str, method: str | None = None, algo: str | 
     if target is None and found.target is None:
         raise InputError(f"{path} holds a bare tree: give --target (the served model)")
     target = checked_model(target, "--target") if target else str(found.target)
-    named = draft_model(source) or (drafter and checked_model(drafter, "--drafter"))
+    given = drafter or (found.drafter if found.drafter in list_models() else None)
+    named = draft_model(source) or (given and checked_model(given, "--drafter"))
     config = module.config_for(tree, chosen, named and model_id(named))
     return {
         "engine": engine, "method": chosen, "config": config,
