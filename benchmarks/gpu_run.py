@@ -181,7 +181,7 @@ drafter still leaves the second its turn."""
 
 def load_argv(hw: str, drafter: str) -> list[str]:
     """The cuda command of one drafter: `validate --load --quick` on tiny-code, graph runtime."""
-    return [sys.executable, "-m", "specscope", "validate", "--load", "--hw", hw, "--model",
+    return [sys.executable, "-m", "specscope", "validate", "--load", "--hw", hw, "--target",
             "tiny-code", "--device", "cuda", "--runtime", "graph", "--quick", "--drafter",
             drafter, "--json"]
 

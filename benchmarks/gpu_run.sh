@@ -163,10 +163,10 @@ stage_cmds() {
   case "$1" in
     env)
       echo "$CLI --version"
-      echo "$CLI generate --model tiny-code --drafter draft --algo sequoia --budget 8" \
-           "--prompts builtin:code-edit --n 2 --max-new 32 --device $DEVICE --dtype float32" \
-           "--verify-lossless --json > $WORK/cli-generate.json"
-      echo "$CLI collect --model tiny-code --prompts builtin:code-edit --n 1 --max-new 8" \
+      echo "$CLI generate --target tiny-code --drafter draft --algo sequoia --budget 8" \
+           "--prompts builtin:code-edit --n 2 --output-len 32 --device $DEVICE" \
+           "--dtype float32 --verify-lossless --json > $WORK/cli-generate.json"
+      echo "$CLI collect --target tiny-code --prompts builtin:code-edit --n 1 --output-len 8" \
            "--device $DEVICE -o $WORK/trace.parquet --force"
       local b=$REPO/benchmarks
       echo "$H env --out $OUT/env.json --cli $WORK/cli-generate.json --site $SITE" \
@@ -224,7 +224,7 @@ stage_cmds() {
       fi ;;
     validate)
       if [ $cuda = 1 ]; then
-        echo "$CLI validate --hw $(hw) --model tiny-code --device cuda --quick --json" \
+        echo "$CLI validate --hw $(hw) --target tiny-code --device cuda --quick --json" \
              "> $WORK/validate.json && mv $WORK/validate.json $OUT/validate.json"
       else
         echo "$H validate --hw $(hw) --out $OUT/validate.json"

@@ -50,6 +50,15 @@ LOAD_POLICIES = ("none", "static", "dyspec", "smartspec")
 LOAD_DRAFTERS = ("ngram", "draft")
 """Drafters `validate --load` runs: a sequence drafter on the host, a draft model."""
 EXPORT_ENGINES = ("vllm", "sglang", "tensorrt-llm", "transformers")
-"""Engines `optimize-tree --export` and `specscope export` write configurations for."""
+"""Engines `optimize-tree --to` and `specscope export --to` write configurations for."""
 IMPORT_FORMATS = ("vllm-metrics", "sglang-log", "json")
 """What `trace import --from` reads: vLLM's Prometheus text, SGLang's decode log, plain counts."""
+DEFAULT_OUTPUT_LEN = 64
+"""Output tokens per request of the commands that run real models (generate, adapt, collect,
+serve-bench) when `--output-len` is not given."""
+DEFAULT_BUDGET = 16
+"""Tree size n (root included) of a run that needs one and was given no `--budget`: a static
+method's tree, or the most a dynamic policy grows per step."""
+SERVED_MAX_BATCH = 4
+"""Sequences per step of `serve-bench`'s continuous-batching executor when `--max-batch` is not
+given."""

@@ -160,13 +160,13 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return int(exc.value.code or 0), out, err
 
 
-BASE = ["adapt", "--model", "tiny-code", "--prompts", "builtin:code-edit"]
+BASE = ["adapt", "--target", "tiny-code", "--prompts", "builtin:code-edit"]
 
 
 def test_the_drift_schedule_runs_in_the_simulator(capsys: pytest.CaptureFixture[str],
                                                  tmp_path: Path) -> None:
     drift = tmp_path / "drift.txt"
-    code, out, err = _cli(capsys, *BASE, "--n", "4", "--max-new", "8", "--stands-for", "500",
+    code, out, err = _cli(capsys, *BASE, "--n", "4", "--output-len", "8", "--stands-for", "500",
                           "--json", "--drift-out", str(drift))
     assert code == 0, err
     doc = json.loads(out)
@@ -198,7 +198,7 @@ def test_the_drift_schedule_runs_in_the_simulator(capsys: pytest.CaptureFixture[
     (["--relative-to", "last"], "--relative-to"),
     (["--rule", "specinfer"], "specinfer"),
     (["--n", "65"], "--n 65"),
-    (["--draft-model", "tiny-ssm", "--n", "1", "--max-new", "2"], "--draft-model tiny-ssm"),
+    (["--drafter", "tiny-ssm", "--n", "1", "--output-len", "2"], "--drafter tiny-ssm"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                           args: list[str], needle: str) -> None:

@@ -288,9 +288,9 @@ def test_bad_method_parameters_are_one_line(run: Run, trace_file: Path) -> None:
 
 
 def test_generate_is_lossless_and_reports_rates(run: Run) -> None:
-    code, out, err = run(main, "generate", "--model", "tiny-code", "--drafter", "ngram",
+    code, out, err = run(main, "generate", "--target", "tiny-code", "--drafter", "ngram",
                          "--algo", "sequoia", "--budget", "6", "--prompts", "builtin:code-edit",
-                         "--n", "2", "--max-new", "16", "--verify-lossless", "--threads", "1",
+                         "--n", "2", "--output-len", "16", "--verify-lossless", "--threads", "1",
                          "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -301,8 +301,9 @@ def test_generate_is_lossless_and_reports_rates(run: Run) -> None:
 
 def test_collect_writes_a_trace_that_drives_optimize_tree(run: Run, tmp_path: Path) -> None:
     trace = tmp_path / "real.parquet"
-    code, _, err = run(main, "collect", "--model", "tiny-code", "--drafters", "draft,ngram",
-                       "--prompts", "builtin:stdlib-code", "--n", "2", "--max-new", "16",
+    code, _, err = run(main, "collect", "--target", "tiny-code", "--drafter",
+                       "tiny-code-draft,ngram", "--prompts", "builtin:stdlib-code", "--n", "2",
+                       "--output-len", "16",
                        "-o", str(trace))
     assert code == 0, err
     code, out, err = run(optimize_tree_main, "--hw", "cpu-2core", "--trace", str(trace),
@@ -315,13 +316,13 @@ def test_collect_writes_a_trace_that_drives_optimize_tree(run: Run, tmp_path: Pa
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["generate", "--model", "nope", "--drafter", "ngram", "--prompts", "builtin:code-edit",
+        (["generate", "--target", "nope", "--drafter", "ngram", "--prompts", "builtin:code-edit",
           "--algo", "chain", "--budget", "4"], "nope"),
-        (["generate", "--model", "tiny-code", "--drafter", "bogus", "--prompts",
+        (["generate", "--target", "tiny-code", "--drafter", "bogus", "--prompts",
           "builtin:code-edit", "--algo", "chain", "--budget", "4"], "bogus"),
-        (["generate", "--model", "tiny-code", "--drafter", "ngram", "--prompts", "missing.jsonl",
+        (["generate", "--target", "tiny-code", "--drafter", "ngram", "--prompts", "missing.jsonl",
           "--algo", "chain", "--budget", "4"], "missing.jsonl"),
-        (["collect", "--model", "tiny-code", "--drafters", "magic", "--prompts",
+        (["collect", "--target", "tiny-code", "--drafter", "magic", "--prompts",
           "builtin:stdlib-code", "-o", "OUT"], "magic"),
     ],
 )

@@ -81,7 +81,7 @@ def test_flags_are_bare_and_valued_options_named(capsys: pytest.CaptureFixture[s
     out = _help(("generate",), capsys)
     assert "  --verify-lossless / --no-verify-lossless\n" in out
     assert re.search(r"^  --json {2,}Print JSON\.", out, re.M)
-    for shown in ("--model NAME", "--n N", "--temperature T", "--tree PATH"):
+    for shown in ("--target NAME", "--n N", "--output-len N", "--temperature T", "--tree PATH"):
         assert f"  {shown} " in out
     out = _help(("simulate",), capsys)
     for shown in ("--hw NAME", "--rate REQ/S", "--acceptance P1,P2,..|FILE",
@@ -102,14 +102,14 @@ CHOICES = [
     ("simulate", "--workload", WORKLOADS),
     ("simulate", "--arrivals", ARRIVALS),
     ("simulate", "--draft-placement", PLACEMENTS),
-    ("sweep", "--engine", ENGINES),
-    ("generate", "--drafter", DRAFTERS),
+    ("sweep", "--backend", ENGINES),
+    ("generate", "--drafter", (*DRAFTERS, "MODEL")),
     ("generate", "--device", DEVICES),
     ("generate", "--dtype", DTYPES),
     ("generate", "--rule", RULES),
     ("generate", "--ssm-verify", SSM_VERIFY),
     ("generate", "--runtime", RUNTIMES),
-    ("collect", "--drafters", COLLECT_DRAFTERS),
+    ("collect", "--drafter", (*COLLECT_DRAFTERS, "MODEL")),
     ("profile-hw", "--device", ("cpu", "cuda")),
     ("profile-hw", "--runtime", RUNTIMES),
     ("zoo train", "--model", (*ORDER, "all")),
@@ -135,7 +135,7 @@ def test_generate_lists_the_methods_the_executor_runs(capsys: pytest.CaptureFixt
 @pytest.mark.parametrize(("args", "needle"), [
     (["cost", "--hw", "h100", "--model", "llama-3.1-8b", "--runtime", "warp"], "warp"),
     (["cost", "--hw", "h100", "--model", "llama-3.1-8b", "--tree-attention", "sparse"], "sparse"),
-    (["sweep", "examples/sweep.toml", "--engine", "spark"], "--engine"),
+    (["sweep", "examples/sweep.toml", "--backend", "spark"], "--backend"),
     (["simulate", "--hw", "h100", "--target", "llama-3.1-8b", "--rate", "1", "--requests", "2",
       "--seed", "0", "--acceptance", "0.5", "--policy", "psychic"], "psychic"),
 ])

@@ -60,14 +60,14 @@ def test_a_folder_where_a_file_is_meant_is_refused_before_any_work(
 
 
 def test_a_file_where_a_folder_is_meant_is_refused_before_any_work(cli: Cli, trace: Path) -> None:
-    refused(cli("validate", "--hw", "cpu-2core", "--model", "tiny-code", "--device", "cpu",
+    refused(cli("validate", "--hw", "cpu-2core", "--target", "tiny-code", "--device", "cpu",
                 "--quick", "-o", trace), "is a file")
-    refused(cli("demo", "--quick", "--out", trace), "is a file")
+    refused(cli("demo", "--quick", "-o", trace), "is a file")
 
 
 def test_validate_refuses_to_replace_its_table_without_force(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "validate.parquet").write_text("kept")
-    refused(cli("validate", "--hw", "cpu-2core", "--model", "tiny-code", "--device", "cpu",
+    refused(cli("validate", "--hw", "cpu-2core", "--target", "tiny-code", "--device", "cpu",
                 "--quick", "-o", tmp_path), "validate.parquet", "--force")
     assert (tmp_path / "validate.parquet").read_text() == "kept"
 
@@ -161,11 +161,11 @@ def test_a_malformed_scenario_or_sweep_file_is_one_line(cli: Cli, tmp_path: Path
 
 
 GENERATE = ("generate", "--drafter", "ngram", "--algo", "chain", "--budget", "4", "--prompts",
-            "builtin:sql", "--n", "1", "--max-new", "4", "--device", "cpu")
+            "builtin:sql", "--n", "1", "--output-len", "4", "--device", "cpu")
 
 
 def test_a_missing_model_folder_is_not_called_an_unknown_zoo_model(cli: Cli) -> None:
-    line = refused(cli(*GENERATE, "--model", "./missing/model"), "./missing/model",
+    line = refused(cli(*GENERATE, "--target", "./missing/model"), "./missing/model",
                    "no such folder")
     assert "unknown zoo model" not in line
 
@@ -178,9 +178,9 @@ def test_corrupt_weights_are_one_line(cli: Cli, tmp_path: Path) -> None:
     config = tmp_path / "hf"
     config.mkdir()
     (config / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    refused(cli(*GENERATE, "--model", config), "config.json")
+    refused(cli(*GENERATE, "--target", config), "config.json")
     (config / "config.json").write_text("[]")
-    refused(cli(*GENERATE, "--model", config), "not a JSON object")
+    refused(cli(*GENERATE, "--target", config), "not a JSON object")
     with pytest.raises(InputError, match="not readable as safetensors"):
         load_zoo_model("tiny-code", directory=folder)
 
@@ -240,8 +240,8 @@ def test_a_tree_optimised_for_another_drafter_is_refused(cli: Cli, tmp_path: Pat
     trees.write_text(json.dumps({"results": [{"algo": "chain", "tree": {
         "parents": [-1, 0], "ranks": [0, 0], "sources": ["root", "ngram"]}}],
         "source": "ngram", "target": "tiny-code", "hardware": "cpu-2core"}))
-    args = ("generate", "--model", "tiny-code", "--tree", trees, "--prompts", "builtin:sql",
-            "--n", "1", "--max-new", "4", "--device", "cpu")
+    args = ("generate", "--target", "tiny-code", "--tree", trees, "--prompts", "builtin:sql",
+            "--n", "1", "--output-len", "4", "--device", "cpu")
     refused(cli(*args, "--drafter", "draft"), "ngram", "--drafter draft")
     assert cli(*args, "--drafter", "ngram")[0] == 0
 
@@ -249,9 +249,9 @@ def test_a_tree_optimised_for_another_drafter_is_refused(cli: Cli, tmp_path: Pat
 def test_prompts_past_the_trained_context_are_named(cli: Cli, tmp_path: Path) -> None:
     prompts = tmp_path / "long.jsonl"
     prompts.write_text(json.dumps({"prompt": "def f(x):\n" * 200}) + "\n")
-    code, _, err = cli("generate", "--model", "tiny-code", "--drafter", "ngram", "--algo",
+    code, _, err = cli("generate", "--target", "tiny-code", "--drafter", "ngram", "--algo",
                        "chain", "--budget", "4", "--prompts", prompts, "--n", "1",
-                       "--max-new", "4", "--device", "cpu")
+                       "--output-len", "4", "--device", "cpu")
     assert code == 0
     assert "warning: " in err and "512-token trained context" in err
 

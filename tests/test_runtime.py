@@ -90,9 +90,9 @@ def test_bad_device_or_runtime_is_one_line_exit_2(run, tmp_path: Path, command: 
                                                   options: list[str]) -> None:
     out = tmp_path / "trace.parquet"
     args = {
-        "generate": ["generate", "--model", "tiny-code", "--drafter", "ngram", "--algo", "chain",
+        "generate": ["generate", "--target", "tiny-code", "--drafter", "ngram", "--algo", "chain",
                      "--budget", "4", "--prompts", "builtin:code-edit", "--n", "1"],
-        "collect": ["collect", "--model", "tiny-code", "--prompts", "builtin:code-edit", "--n",
+        "collect": ["collect", "--target", "tiny-code", "--prompts", "builtin:code-edit", "--n",
                     "1", "-o", str(out)],
     }[command]
     code, err = run(*args, *options)

@@ -172,7 +172,7 @@ def test_rows_are_reused_after_leaving(prompts: list[list[int]]) -> None:
 
 
 def test_serve_bench_zoo_is_complete_and_deterministic() -> None:
-    req = ServeBenchRequest("tiny-code", rate=50.0, requests=4, policy="dyspec",
+    req = ServeBenchRequest("tiny-code", rate=50.0, requests=4, policy="dyspec", budget=8,
                             output_len="uniform:4:8", max_batch=2, chunked_prefill=64, seed=3)
     first, second = run_serve_bench(req), run_serve_bench(req)
     assert first.run.outputs == second.run.outputs
@@ -200,7 +200,7 @@ def test_plain_decoding_runs_no_draft_model(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_a_shared_draft_stops_its_threads_when_the_run_ends() -> None:
     req = ServeBenchRequest("tiny-code", rate=50.0, requests=4, drafter="draft",
-                            policy="dyspec", output_len="4", max_batch=2, seed=2)
+                            policy="dyspec", budget=8, output_len="4", max_batch=2, seed=2)
     assert run_serve_bench(req).summary["decode_steps"] > 0
     assert not [t for t in threading.enumerate() if t.name.startswith("draft-row")]
 
@@ -239,7 +239,7 @@ def test_trace_without_the_policy_source_is_refused() -> None:
 ])
 def test_bad_inputs_exit_2_with_one_line(cli: Callable[..., tuple[int, str, str]],
                                          args: list[str], words: str) -> None:
-    code, _, err = cli("serve-bench", "--model", "tiny-code", "--requests", "2",
+    code, _, err = cli("serve-bench", "--target", "tiny-code", "--requests", "2",
                          "--device", "cpu", *args)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and words in err

@@ -30,8 +30,8 @@ def keep_threads() -> Iterator[None]:
 
 def generate_json(capsys: pytest.CaptureFixture[str], *extra: str) -> dict:
     with pytest.raises(SystemExit) as exc:
-        main(["generate", "--model", "tiny-code", "--drafter", "ngram", "--algo", "chain",
-              "--budget", "4", "--prompts", "builtin:code-edit", "--n", "1", "--max-new", "8",
+        main(["generate", "--target", "tiny-code", "--drafter", "ngram", "--algo", "chain",
+              "--budget", "4", "--prompts", "builtin:code-edit", "--n", "1", "--output-len", "8",
               "--device", "cpu", "--json", *extra])
     out, err = capsys.readouterr()
     assert exc.value.code in (0, None), err
@@ -56,7 +56,7 @@ def test_generate_honours_an_explicit_thread_count(capsys: pytest.CaptureFixture
 
 def test_generate_refuses_zero_threads_in_one_line() -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["generate", "--model", "tiny-code", "--drafter", "ngram", "--algo", "chain",
+        main(["generate", "--target", "tiny-code", "--drafter", "ngram", "--algo", "chain",
               "--budget", "4", "--prompts", "builtin:code-edit", "--n", "1", "--threads", "0"])
     assert exc.value.code == 2
 

@@ -293,7 +293,7 @@ def test_validate_refuses_a_gpu_profile_on_cpu_before_any_work(
 
     monkeypatch.setattr(compare, "load_session", no_work)
     out = tmp_path / "out"
-    code, _, err = run(main, "validate", "--hw", "h100", "--model", "tiny-code", "--device",
+    code, _, err = run(main, "validate", "--hw", "h100", "--target", "tiny-code", "--device",
                        "cpu", "--quick", "-o", str(out))
     assert code == 2
     (line,) = err.strip().splitlines()

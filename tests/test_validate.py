@@ -104,13 +104,13 @@ def test_grid_covers_methods_drafters_and_temperatures() -> None:
 
 
 BAD = [
-    (["--hw", "no-such-profile", "--model", "tiny-code"], "no-such-profile"),
-    (["--hw", "cpu-2core", "--model", "no-such-model"], "no-such-model"),
-    (["--hw", "cpu-2core", "--model", "tiny-code", "--device", "cpu", "--runtime", "graph"],
+    (["--hw", "no-such-profile", "--target", "tiny-code"], "no-such-profile"),
+    (["--hw", "cpu-2core", "--target", "no-such-model"], "no-such-model"),
+    (["--hw", "cpu-2core", "--target", "tiny-code", "--device", "cpu", "--runtime", "graph"],
      "--runtime graph"),
 ]
 if not torch.cuda.is_available():
-    BAD.append((["--hw", "cpu-2core", "--model", "tiny-code", "--device", "cuda"],
+    BAD.append((["--hw", "cpu-2core", "--target", "tiny-code", "--device", "cuda"],
                 "--device cuda"))
 
 

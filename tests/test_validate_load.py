@@ -136,7 +136,7 @@ def test_json_shape_of_a_tiny_run(tiny_doc: dict) -> None:
 
 
 @pytest.mark.parametrize(("change", "words"), [
-    ({"model": "nope"}, "--model"),
+    ({"model": "nope"}, "--target"),
     ({"policies": ("none", "ets-batch")}, "validate --load"),
     ({"policies": ("none",)}, "validate --load"),
     ({"rates": (1.0, 0.0)}, "rates"),
@@ -150,8 +150,8 @@ def test_bad_requests_are_refused(change: dict, words: str) -> None:
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["--model", "nope"], "--model"),
-    (["--model", "tiny-code", "--threads", "0"], "--threads"),
+    (["--target", "nope"], "--target"),
+    (["--target", "tiny-code", "--threads", "0"], "--threads"),
 ])
 def test_cli_bad_inputs_exit_2(cli: Callable[..., tuple[int, str, str]], args: list[str],
                                words: str) -> None:

@@ -21,6 +21,7 @@ import typer
 from specscope import __version__
 from specscope.cli import accuracy, adapt, interop, measure, predict, report, serve, simulate
 from specscope.cli.compat import USAGE_ERRORS, NoArgsIsHelpError
+from specscope.cli.deprecated import upgrade
 from specscope.cli.help import APP_SETTINGS, Command, example
 from specscope.errors import InputError, InputWarning, first_line
 
@@ -50,36 +51,37 @@ COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], .
      ("specscope trace import metrics.txt --from vllm-metrics \\",
       "    -o out/acceptance.json")),
     (app, "generate", measure.generate,
-     ("specscope generate --model tiny-code --drafter ngram --algo sequoia \\",
+     ("specscope generate --target tiny-code --drafter ngram --algo sequoia \\",
       "    --budget 8 --prompts builtin:code-edit --device cpu \\",
       "    --verify-lossless")),
     (app, "adapt", adapt.adapt,
-     ("specscope adapt --model tiny-code --draft-model tiny-code-draft \\",
-      "    --prompts builtin:code-edit --n 32 --max-new 64 --every 1 --steps 4 \\",
+     ("specscope adapt --target tiny-code --drafter tiny-code-draft \\",
+      "    --prompts builtin:code-edit --n 32 --output-len 64 --every 1 --steps 4 \\",
       "    --drift-out out/drift.txt")),
     (app, "validate", measure.validate,
-     ("specscope validate --hw cpu-2core --model tiny-code --device cpu --quick",)),
+     ("specscope validate --hw cpu-2core --target tiny-code --device cpu --quick",)),
     (app, "collect", measure.collect,
-     ("specscope collect --model tiny-code --prompts builtin:stdlib-code --n 8 \\",
-      "    --device cpu -o out/tiny-code.parquet")),
+     ("specscope collect --target tiny-code --drafter tiny-code-draft,ngram \\",
+      "    --prompts builtin:stdlib-code --n 8 --device cpu -o out/trace.parquet")),
     (zoo_app, "train", measure.zoo_train,
-     ("specscope zoo train --model tiny-code --minutes 2 --out out/zoo",)),
+     ("specscope zoo train --model tiny-code --minutes 2 -o out/zoo",)),
     (app, "optimize-tree", predict.optimize_tree, OPTIMIZE_TREE_EXAMPLE),
     (app, "export", interop.export,
-     ("specscope export out/tree.json --engine vllm -o out/vllm.json",)),
+     ("specscope export out/tree.json --to vllm -o out/vllm.json",)),
     (app, "simulate", simulate.simulate,
      ("specscope simulate --hw h100 --target llama-3.1-8b --drafter llama-68m \\",
       "    --acceptance 0.6,0.2,0.1 --policy smartspec --rate 8 --requests 500 \\",
       "    --seed 0")),
     (app, "serve-bench", serve.serve_bench,
-     ("specscope serve-bench --model tiny-code --drafter ngram --policy dyspec \\",
-      "    --rate 4 --requests 16 --output-len 32 --max-batch 4 --device cpu")),
+     ("specscope serve-bench --target tiny-code --drafter tiny-code-draft \\",
+      "    --policy dyspec --rate 4 --requests 16 --output-len 32 --max-batch 4 \\",
+      "    --device cpu")),
     (app, "sweep", simulate.sweep, ("specscope sweep examples/sweep.toml -o out/sweep.parquet",)),
     (app, "reproduce", predict.reproduce, ("specscope reproduce examples/papers --json",)),
     (app, "accuracy", accuracy.accuracy, ("specscope accuracy --check",)),
     (app, "dashboard", report.dashboard,
      ("specscope dashboard out/demo -o out/demo/report.html",)),
-    (app, "demo", report.demo, ("specscope demo --quick --out out/demo",)),
+    (app, "demo", report.demo, ("specscope demo --quick -o out/demo",)),
 )
 """Every command: its group, name, function and an example shown under its help."""
 for group, name, function, lines in COMMANDS:
@@ -101,10 +103,13 @@ def _options(
 
 
 def _run(
-    command: typer.core.TyperCommand | typer.core.TyperGroup, prog: str, argv: list[str] | None
+    command: typer.core.TyperCommand | typer.core.TyperGroup, prog: str, argv: list[str] | None,
+    path: str = "",
 ) -> None:
-    """Invoke a click command; usage and input errors become one stderr line and exit 2, input
-    warnings one stderr line each (once per message)."""
+    """Invoke a click command (`path`: its name, when `command` is one command rather than the
+    app); usage and input errors become one stderr line and exit 2, input warnings and each
+    deprecated option spelling (`cli/deprecated.py`, rewritten before click parses) one stderr
+    line each (once per message)."""
 
     def show(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
         if issubclass(category, InputWarning):
@@ -112,6 +117,9 @@ def _run(
         else:
             shown(message, category, *_, **__)
 
+    argv, deprecated = upgrade(command, sys.argv[1:] if argv is None else list(argv), path)
+    for line in deprecated:
+        print(f"{prog}: warning: {line}", file=sys.stderr)
     shown = warnings.showwarning
     try:
         with warnings.catch_warnings():
@@ -154,4 +162,4 @@ def optimize_tree_main(argv: list[str] | None = None) -> None:
     lines = [line.replace("specscope optimize-tree", "optimize-tree")
              for line in OPTIMIZE_TREE_EXAMPLE]
     single.command(cls=Command, epilog=example(*lines))(predict.optimize_tree)
-    _run(typer.main.get_command(single), "optimize-tree", argv)
+    _run(typer.main.get_command(single), "optimize-tree", argv, "optimize-tree")

@@ -16,13 +16,15 @@ from specscope.cli.common import (
     AsJson,
     CpuThreads,
     Force,
+    OutputLen,
     Seed,
+    ZooTarget,
     _emit,
     _progress,
     console,
 )
 from specscope.errors import InputError
-from specscope.names import DEFAULT_DRAFT_MODEL
+from specscope.names import DEFAULT_DRAFT_MODEL, DEFAULT_OUTPUT_LEN
 
 DEFAULT_STANDS_FOR = 250
 """Simulated requests one served request stands for: blocks of 4 served requests per drift
@@ -30,14 +32,15 @@ entry, so a 32-request run writes an 8-entry schedule."""
 
 
 def adapt(
-    model: Annotated[str, typer.Option(help="Zoo target model.")],
+    target: ZooTarget,
     prompts: Annotated[str, typer.Option(help=f"Prompts to serve: {PROMPT_SOURCES}.")],
-    draft_model: Annotated[str, typer.Option(help="Zoo draft model (a Transformer).")] = (
+    drafter: Annotated[str, typer.Option(help="Who drafts: the draft model adapted online (a zoo "
+                                              "Transformer; adapt runs no other kind).")] = (
         DEFAULT_DRAFT_MODEL),
     n: Annotated[int, typer.Option(min=1, help="Prompts to serve, in order.")] = 32,
     repeat: Annotated[int, typer.Option(min=1, help="Serve the n prompts this many times over "
                                              "(queries that come back).")] = 1,
-    max_new: Annotated[int, typer.Option(min=1, help="New tokens per request.")] = 64,
+    output_len: OutputLen = DEFAULT_OUTPUT_LEN,
     every: Annotated[int, typer.Option(min=1, help="Requests between two updates of the "
                                                    "draft.")] = 1,
     steps: Annotated[int, typer.Option(min=1, help="AdamW steps per update.")] = 4,
@@ -82,7 +85,7 @@ def adapt(
     with _progress("serving") as bar:
         task = bar.add_task("serving", total=None)
         result = run_adapt(
-            model, draft_model, prompts, n, max_new, config, repeat=repeat,
+            target, drafter, prompts, n, output_len, config, repeat=repeat,
             temperature=temperature, rule=rule, seed=seed, block=DRIFT_PERIOD // stands_for,
             relative_to=relative_to, threads=threads,
             progress=lambda done, total: bar.update(task, completed=done, total=total))

@@ -56,6 +56,56 @@ class Choices:
 
 
 @dataclass(frozen=True)
+class DrafterOrModel(Choices):
+    """Marks a `--drafter` that takes a drafter kind (`source`) or a draft model: a zoo model or
+    a Hugging Face folder, which means kind `draft` running that model (`--drafter
+    tiny-code-draft` is `--drafter draft --draft-model tiny-code-draft`). `resolve` turns the
+    model into the kind and the command's `model` parameter before any other check, so
+    `--draft-model`'s `Needs`, the library and the run's report see kind and model apart."""
+
+    model: str = "draft_model"
+    kind: str = "draft"
+
+    def metavar(self) -> str:
+        """`[draft|ngram|...|MODEL]`, or `[...],...` for a list."""
+        listed = f"[{'|'.join([*self.values(), 'MODEL'])}]"
+        return f"{listed},..." if self.many else listed
+
+    def resolve(self, params: dict[str, Any], name: str, flags: dict[str, str]) -> None:
+        """Rewrite the value given to parameter `name` in `params`: each draft model named
+        becomes the kind `draft` and fills `params[self.model]`; a value that is neither a
+        kind nor a model is refused, naming both."""
+        from specscope.models.zoo import zoo_specs
+
+        known = self.values()
+        given = [v.strip() for v in (str(params[name]).split(",") if self.many
+                                     else [str(params[name])])]
+        models = [v for v in given if v not in known]
+        zoo = sorted(zoo_specs())
+        for value in models:
+            if not value or (value not in zoo and not _names_a_folder(value)):
+                raise InputError(f"{flags[name]} {value or repr(value)}: not a drafter "
+                                 f"({', '.join(known)}) nor a draft model (a zoo model: "
+                                 f"{', '.join(zoo)}, or a Hugging Face folder)")
+        if not models:
+            return
+        named = params.get(self.model)
+        if len(set(models)) > 1 or (named is not None and named != models[0]):
+            others = sorted({*models, *([] if named is None else [named])})
+            raise InputError(f"{flags[name]}: one draft model per run, got "
+                             f"{' and '.join(others)}")
+        kinds = [self.kind if v in models else v for v in given]
+        params[name] = ",".join(dict.fromkeys(kinds))
+        params[self.model] = models[0]
+
+
+def _names_a_folder(value: str) -> bool:
+    """Whether `value` names a local folder rather than a zoo model, as the loader reads it
+    (`executor.targets.load_model`): it exists, or it has a path's marks."""
+    return Path(value).exists() or any(mark in value for mark in ("/", "\\", "~"))
+
+
+@dataclass(frozen=True)
 class Range:
     """Marks a number option (in its `Annotated[...]`) with its physical range: above `low`
     (or at it, when `low_closed`) and at most `high`."""
@@ -135,6 +185,11 @@ def check_options(command: TyperCommand, ctx: Context) -> None:
     params = ctx.params
     marks_of = declared(command)
     flags = {p.name: max(p.opts, key=len) for p in command.params if isinstance(p, TyperOption)}
+    for name, (_, *marks) in marks_of.items():  # a draft model given as --drafter, first
+        for mark in marks:
+            if (isinstance(mark, DrafterOrModel) and params.get(name) is not None
+                    and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE):
+                mark.resolve(params, name, flags)
     for param in command.params:
         value = params.get(param.name)
         if value is None or not isinstance(param, TyperOption):

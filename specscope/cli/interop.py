@@ -19,7 +19,7 @@ FromSGLang = Needs(("source_format",), ("sglang-log",))
 def export(
     tree: Annotated[Path, typer.Argument(help="A tree JSON, or optimize-tree --json / -o "
                                               "output (its best result).")],
-    engine: Annotated[str, typer.Option(help="The engine to configure."),
+    engine: Annotated[str, typer.Option("--to", help="The serving engine to configure."),
                       Choices("specscope.names:EXPORT_ENGINES")],
     export_method: ExportMethod = None,
     algo: Annotated[str | None, typer.Option(help="Method of the tree file to use.")] = None,
@@ -33,7 +33,7 @@ def export(
     force: Force = False,
 ) -> None:
     """An engine's configuration verifying a given tree, when the engine can express it
-    (optimize-tree --export solves for the best it can)."""
+    (optimize-tree --to solves for the best it can)."""
     from specscope.interop.document import tree_export
     from specscope.tables import export_lines
 
@@ -52,9 +52,9 @@ def trace_import(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the acceptance "
                                                 "JSON here (else print it)."),
                       Output(inputs=("file", "trace"))] = None,
-    model: Annotated[str | None, typer.Option(help="vllm-metrics: the model_name label to read "
-                                                   "when several models served."),
-                     Needs(("source_format",), ("vllm-metrics",))] = None,
+    target: Annotated[str | None, typer.Option(help="vllm-metrics: the target's model_name "
+                                                    "label, read when several models served."),
+                      Needs(("source_format",), ("vllm-metrics",))] = None,
     trace: Annotated[Path | None, typer.Option(help="A trace whose ranks below the top give "
                                                     "the lower ranks' ratios (a chain "
                                                     "engine never verifies them).")] = None,
@@ -85,7 +85,7 @@ def trace_import(
                              "--speculative-num-draft-tokens)")
         setting = TopK(steps, topk, draft_tokens or steps + 1)
     lower = None if trace is None else AcceptanceModel.from_trace(read_trace(trace), source)
-    doc = import_file(file, source_format, model, lower, setting)
+    doc = import_file(file, source_format, target, lower, setting)
     summary = (f"acceptance of {doc['source']} from {file} ({source_format}): p = "
                f"{', '.join(f'{x:.3f}' for x in doc['acceptance'])}; mean accepted length "
                f"{doc['mean_accepted_length']:.2f}; written to {output}")

@@ -8,38 +8,43 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specscope.cli.checks import Choices, Needs, Output, Range
+from specscope.cli.checks import Choices, DrafterOrModel, Needs, Output, Range
 from specscope.cli.common import (
+    DRAFTER_HELP,
     PROMPT_SOURCES,
     AsJson,
     CpuThreads,
     Device,
+    DraftModel,
     Dtype,
     Force,
     Hw,
+    OutputLen,
     Seed,
     StepRuntime,
+    Target,
+    ZooTarget,
     _emit,
     _progress,
     _wrote,
     console,
+    drafter_option,
 )
 from specscope.errors import InputError
-from specscope.names import DEFAULT_DRAFT_MODEL, DRAFT_MODEL_DRAFTERS, LAYERSKIP
+from specscope.names import DEFAULT_BUDGET, DEFAULT_OUTPUT_LEN, LAYERSKIP
 
 if TYPE_CHECKING:
     from specscope.validate.load import LoadRequest
 
-Model = Annotated[str, typer.Option(help="Zoo model name or a Hugging Face folder.")]
 Prompts = Annotated[str, typer.Option(help=f"Prompts: {PROMPT_SOURCES}.")]
-DRAFTER_OPTIONS = ("drafter", "drafters")
-DraftModel = Annotated[str | None, typer.Option(help=f"Draft model (default: "
-                                                    f"{DEFAULT_DRAFT_MODEL})."),
-                       Needs(DRAFTER_OPTIONS, DRAFT_MODEL_DRAFTERS)]
 LayerSkip = Annotated[str, typer.Option(help="The layerskip drafter's layers: swift (a skip set "
                                              "searched on the first requests), del (an exit "
                                              "layer per step) or layer indices to skip (1,2)."),
-                      Needs(DRAFTER_OPTIONS, (LAYERSKIP,))]
+                      Needs(("drafter",), (LAYERSKIP,))]
+GenerateDrafter = drafter_option("specscope.names:DRAFTERS")
+CollectDrafters = drafter_option("specscope.names:COLLECT_DRAFTERS",
+                                 "A comma list: every drafter whose candidates are recorded.",
+                                 many=True)
 Temperature = Annotated[float, typer.Option(help="Sampling temperature (0: greedy)."),
                         Range(0)]
 
@@ -116,12 +121,11 @@ def trace_synth(
 
 
 def generate(
-    model: Model,
-    drafter: Annotated[str, typer.Option(help="Who proposes the draft tokens."),
-                       Choices("specscope.names:DRAFTERS")],
+    target: Target,
+    drafter: GenerateDrafter,
     prompts: Prompts,
     n: Annotated[int, typer.Option(min=1, help="Prompts to decode.")] = 8,
-    max_new: Annotated[int, typer.Option(min=1, help="New tokens per prompt.")] = 64,
+    output_len: OutputLen = DEFAULT_OUTPUT_LEN,
     draft_model: DraftModel = None,
     layer_skip: LayerSkip = "swift",
     algo: Annotated[str | None, typer.Option(help="Tree method (dyspec, specdecpp and goose "
@@ -130,8 +134,10 @@ def generate(
                                                   "rsd-s draws it by stochastic beam search)."),
                     Choices("specscope.optimizers.compare:METHOD_NAMES", ("stand", "rsd-s"))
                     ] = None,
-    budget: Annotated[int | None, typer.Option(min=1, help="Tree size n (root included).")] = (
-        None),
+    budget: Annotated[int | None, typer.Option(
+        "--budget", min=1, help=f"Tree size n per step, root included: a static tree's, or the "
+                                f"most a dynamic policy grows (default {DEFAULT_BUDGET}; goose: "
+                                "its own, 60-100 nodes by the spine's acceptance).")] = None,
     tree: Annotated[Path | None, typer.Option(help="A tree JSON from optimize-tree -o.")] = None,
     ssm_verify: Annotated[str, typer.Option(help="SSM targets: one tree-masked pass (stree) "
                                                  "or one pass per leaf (naive)."),
@@ -155,10 +161,12 @@ def generate(
     from specscope.tables import generate_table
 
     chosen = Runtime.resolve(device, dtype, runtime)
+    if budget is None and algo not in (None, "goose"):
+        budget = DEFAULT_BUDGET
     with _progress("decoding") as bar:
         task = bar.add_task("decoding", total=None)
         result = run_generate(
-            model, drafter, prompts, n, max_new, draft_model=draft_model, algo=algo,
+            target, drafter, prompts, n, output_len, draft_model=draft_model, algo=algo,
             budget=budget, tree=tree, ssm_verify=ssm_verify, temperature=temperature, seed=seed,
             rule=rule, verify_lossless=verify_lossless, threads=threads,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
@@ -172,7 +180,7 @@ def generate(
 
 def validate(
     hw: Hw,
-    model: Annotated[str, typer.Option(help="Zoo target model (tiny-code, ...).")],
+    target: ZooTarget,
     device: Device = "auto",
     runtime: StepRuntime = None,
     prompts: Annotated[str, typer.Option(help=f"Comma list of prompt sets, each "
@@ -189,8 +197,10 @@ def validate(
     load: Annotated[bool, typer.Option("--load", help="Serving under load instead: each "
                                            "policy × a ladder of arrival rates simulated and "
                                            "run for real (continuous batching).")] = False,
-    drafter: Annotated[str, typer.Option(help="--load: who drafts (draft: a draft model)."),
-                       Choices("specscope.names:LOAD_DRAFTERS"), Needs(("load",), ())] = "ngram",
+    drafter: Annotated[str, typer.Option(help=f"--load: {DRAFTER_HELP[0].lower()}"
+                                              f"{DRAFTER_HELP[1:]}."),
+                       DrafterOrModel("specscope.names:LOAD_DRAFTERS"),
+                       Needs(("load",), ())] = "ngram",
     draft_model: DraftModel = None,
     policies: Annotated[str | None, typer.Option(help="--load: the policies compared (default "
                                                       "none,static,smartspec, and dyspec with "
@@ -216,7 +226,7 @@ def validate(
 
         chosen = (default_policies(drafter) if policies is None
                   else tuple(p.strip() for p in policies.split(",")))
-        _validate_load(LoadRequest(hw=hw, model=model, device=device, runtime=runtime,
+        _validate_load(LoadRequest(hw=hw, model=target, device=device, runtime=runtime,
                                    quick=quick, prompts=prompts, drafter=drafter,
                                    draft_model=draft_model, policies=chosen, seed=seed,
                                    threads=threads, repeats=repeats), as_json, output, force)
@@ -234,7 +244,7 @@ def validate(
 
     if output is not None:
         check_folder_files(output, [PARQUET_NAME], "-o", force)
-    request = ValidateRequest(hw=hw, model=model, device=device, runtime=runtime, quick=quick,
+    request = ValidateRequest(hw=hw, model=target, device=device, runtime=runtime, quick=quick,
                               prompts=prompts, seed=seed, threads=threads)
     with _progress("validating") as bar:
         task = bar.add_task("validating", total=None)
@@ -288,17 +298,15 @@ def _validate_load(request: LoadRequest, as_json: bool, output: Path | None,
 
 
 def collect(
-    model: Model,
+    target: Target,
     prompts: Prompts,
     output: Annotated[Path, typer.Option("-o", "--output", help="Trace parquet to write."),
                       Output()],
-    drafters: Annotated[str, typer.Option(help="Drafters whose candidates to record."),
-                        Choices("specscope.names:COLLECT_DRAFTERS", many=True)] = (
-        "draft,ngram,suffix,recycle"),
+    drafter: CollectDrafters = "draft,ngram,suffix,recycle",
     draft_model: DraftModel = None,
     layer_skip: LayerSkip = "swift",
     n: Annotated[int, typer.Option(min=1, help="Prompts to trace.")] = 16,
-    max_new: Annotated[int, typer.Option(min=1, help="New tokens per prompt.")] = 128,
+    output_len: OutputLen = DEFAULT_OUTPUT_LEN,
     temperature: Temperature = 0.0,
     seed: Seed = 0,
     threads: CpuThreads = None,
@@ -316,7 +324,7 @@ def collect(
     with _progress("collecting") as bar:
         task = bar.add_task("collecting", total=n)
         trace = run_collect(
-            model, drafters, prompts, n, max_new, output=output, temperature=temperature,
+            target, drafter, prompts, n, output_len, output=output, temperature=temperature,
             seed=seed, draft_model=draft_model, layer_skip=layer_skip,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
             runtime=chosen, threads=threads,
@@ -339,9 +347,10 @@ def zoo_train(
     threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads (default: the "
                                                             "fastest on a short probe of a "
                                                             "training-sized step).")] = None,
-    out: Annotated[Path | None, typer.Option(metavar="DIR", help="Zoo folder to write "
-                                                                "(default: the package's)."),
-                   Output(folder=True)] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", metavar="DIR",
+                                                help="Zoo folder to write (default: the "
+                                                     "package's)."),
+                      Output(folder=True)] = None,
 ) -> None:
     """Retrain the zoo models on the Python standard library (about 2.6 hours on two cores)."""
     import torch
@@ -356,13 +365,13 @@ def zoo_train(
     names = list(ORDER) if model == "all" else [model]
     # training steps are batched (rows = batch × sequence), so they are probed at that size
     picked = choose_threads(threads) if threads is not None else probe_threads(
-        max(zoo_specs(out or ZOO_DIR)[n].d_model for n in names),
+        max(zoo_specs(output or ZOO_DIR)[n].d_model for n in names),
         rows=max(HYPER[n].batch * HYPER[n].seq_len for n in names))
     torch.set_num_threads(picked.count)
     console.print(f"{picked.count} thread(s): {picked.reason}")
-    for name, r in train(names, out or ZOO_DIR, minutes, seed, steps).items():
+    for name, r in train(names, output or ZOO_DIR, minutes, seed, steps).items():
         console.print(f"{name}: {r['params']:,} parameters, {r['tokens_seen']:,} tokens, "
                       f"{r['wall_time_s']} s, held-out {r['heldout_bits_per_byte']} bits/byte")
-    for name, vectors in store_acceptance(out or ZOO_DIR).items():
+    for name, vectors in store_acceptance(output or ZOO_DIR).items():
         for source, p in vectors.items():
             console.print(f"{name}: stored acceptance of {source}: p1 = {p[0]}")

@@ -33,9 +33,9 @@ def dashboard(
 
 
 def demo(
-    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="Folder for every result "
-                                                                   "and the dashboard."),
-                   Output(folder=True)] = Path("out/demo"),
+    output: Annotated[Path, typer.Option("-o", "--output", metavar="DIR",
+                                         help="Folder for every result and the dashboard."),
+                      Output(folder=True)] = Path("out/demo"),
     quick: Annotated[bool, typer.Option("--quick", help="Fewer loads, validated "
                                                         "configurations and prompts.")] = False,
     seed: Seed = 0,
@@ -46,8 +46,8 @@ def demo(
     trees for every profile, simulates serving, validates on this CPU, writes the dashboard."""
     from specscope.demo import run_demo
 
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise InputError(f"--out {out}: holds files already (an earlier demo?); pass --force to "
-                         "write this demo's results over them")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise InputError(f"-o {output}: holds files already (an earlier demo?); pass --force "
+                         "to write this demo's results over them")
 
-    run_demo(seed, console, out, quick)
+    run_demo(seed, console, output, quick)

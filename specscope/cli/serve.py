@@ -14,34 +14,39 @@ from specscope.cli.common import (
     ArrivalFile,
     Arrivals,
     AsJson,
+    Budget,
     ChunkedPrefill,
     CpuThreads,
     Device,
+    DraftModel,
     Dtype,
     Force,
     MaxBatch,
     MetricsOutput,
-    PolicyBudget,
     PolicyDepth,
     Seed,
     SloTpot,
     StepRuntime,
+    Target,
     TokenBudget,
     _acceptance_inputs,
     _check_metrics_output,
     _progress,
     _report_serving,
+    drafter_option,
 )
-from specscope.cli.measure import DraftModel, Model, Prompts
+from specscope.cli.measure import Prompts
+from specscope.names import DEFAULT_BUDGET, DEFAULT_OUTPUT_LEN, SERVED_MAX_BATCH
+
+ServedDrafter = drafter_option("specscope.names:DRAFTERS", "One per row of the batch.")
 
 
 def serve_bench(
-    model: Model,
+    target: Target,
     rate: Annotated[float, typer.Option(help="Arrivals per second."), Range(0, low_closed=False)],
     requests: Annotated[int, typer.Option(min=1, help="Arrivals to serve.")],
     seed: Seed = 0,
-    drafter: Annotated[str, typer.Option(help="Who proposes the draft tokens (one per row)."),
-                       Choices("specscope.names:DRAFTERS")] = "ngram",
+    drafter: ServedDrafter = "ngram",
     draft_model: DraftModel = None,
     prompts: Prompts = "builtin:code-edit",
     policy: Annotated[str, typer.Option(help="Per-step speculation policy (none: plain "
@@ -55,16 +60,17 @@ def serve_bench(
     acceptance: Annotated[str | None, typer.Option(help="smartspec: positional acceptance "
                                                         "vector (or trace import's JSON) "
                                                         "when no trace is given.")] = None,
-    budget: PolicyBudget = 8,
+    budget: Budget = None,
     max_depth: PolicyDepth = 12,
-    max_batch: MaxBatch = 4,
+    max_batch: MaxBatch = None,
     token_budget: TokenBudget = 512,
     chunked_prefill: ChunkedPrefill = None,
     arrivals: Arrivals = "poisson",
     cv: ArrivalCv = 1.0,
     arrival_file: ArrivalFile = None,
-    output_len: Annotated[str, typer.Option(help="Output tokens (EOS ignored): N, uniform:A:B "
-                                                 "or lognormal:MEDIAN:SIGMA.")] = "32",
+    output_len: Annotated[str, typer.Option(help="Output tokens per request (EOS ignored): N, "
+                                                 "uniform:A:B or lognormal:MEDIAN:SIGMA.")
+                          ] = str(DEFAULT_OUTPUT_LEN),
     slo_tpot_ms: SloTpot = None,
     hw: Annotated[str | None, typer.Option(help="Hardware profile (shipped name or TOML file) "
                                                 "SmartSpec prices its steps on.")] = None,
@@ -84,11 +90,13 @@ def serve_bench(
 
     trace, vector = _acceptance_inputs(trace, acceptance)
     request = ServeBenchRequest(
-        model=model, rate=rate, requests=requests, drafter=drafter, draft_model=draft_model,
-        prompts=prompts, policy=policy, tree=tree, budget=budget, max_depth=max_depth,
+        model=target, rate=rate, requests=requests, drafter=drafter, draft_model=draft_model,
+        prompts=prompts, policy=policy, tree=tree,
+        budget=DEFAULT_BUDGET if budget is None else budget, max_depth=max_depth,
         acceptance=None if vector is None else tuple(vector),
         trace=None if trace is None else read_trace(trace), arrivals=arrivals, cv=cv,
-        arrival_file=arrival_file, output_len=output_len, max_batch=max_batch,
+        arrival_file=arrival_file, output_len=output_len,
+        max_batch=SERVED_MAX_BATCH if max_batch is None else max_batch,
         token_budget=token_budget, chunked_prefill=chunked_prefill, slo_tpot_ms=slo_tpot_ms,
         hw=hw, seed=seed, threads=threads, runtime=Runtime.resolve(device, dtype, runtime))
     _check_metrics_output(output, force)

@@ -119,7 +119,7 @@ def check_draft(draft: Model) -> None:
     """Raise `InputError` unless `draft` is a specscope `Transformer` running eager (what the
     distillation trains)."""
     if not isinstance(draft, CachedModel) or not isinstance(draft.model, Transformer):
-        raise InputError(f"--draft-model {draft.name}: online adaptation trains specscope's "
+        raise InputError(f"--drafter {draft.name}: online adaptation trains specscope's "
                          "own Transformer drafts")
     if draft.runtime.kind != "eager":
         raise InputError(f"online adaptation runs eager, not --runtime {draft.runtime.kind}")
@@ -250,7 +250,7 @@ def run_adapt(
     rule = rule or ("greedy" if temperature == 0 else "deterministic")
     check_rule(rule, temperature, static_method("chain", Tree.chain(config.depth), ""))
     if n < 1 or max_new < 1 or repeat < 1:
-        raise InputError(f"--n, --max-new and --repeat must be ≥ 1, got {n}, {max_new} and "
+        raise InputError(f"--n, --output-len and --repeat must be ≥ 1, got {n}, {max_new} and "
                          f"{repeat}")
     if block < 1:
         raise InputError(f"the drift schedule's block must be ≥ 1 request, got {block}")

@@ -63,7 +63,7 @@ def collect_tokens(
     """A schema-v1 trace of `target` and `drafters` over tokenised `prompts` (seed + i for
     request i). `metadata` is added to the trace's own (target, temperature, drafters, K)."""
     if max_new < 1 or not prompts:
-        raise InputError("give at least one prompt and --max-new ≥ 1")
+        raise InputError("give at least one prompt and --output-len ≥ 1")
     if any(len(p) < 2 for p in prompts):
         raise InputError("every prompt must hold at least 2 tokens")
     if temperature < 0:
@@ -222,7 +222,7 @@ def collect(
     names = [d.strip() for d in drafters.split(",")] if isinstance(drafters, str) else drafters
     unknown = [d for d in names if d not in COLLECT_DRAFTERS]
     if unknown or not names:
-        raise InputError(f"--drafters: unknown drafter {unknown or names!r}; known: "
+        raise InputError(f"--drafter: unknown drafter {unknown or names!r}; known: "
                          f"{', '.join(COLLECT_DRAFTERS)}")
     if n < 1:
         raise InputError(f"--n must be ≥ 1, got {n}")

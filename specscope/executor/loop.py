@@ -331,7 +331,7 @@ def speculative_generate(
     if verify_lossless and rule != "greedy":
         raise InputError("--verify-lossless compares token for token, so it needs temperature 0")
     if max_new < 1 or not prompts:
-        raise InputError("give at least one prompt and --max-new ≥ 1")
+        raise InputError("give at least one prompt and --output-len ≥ 1")
     if any(len(p) < 2 for p in prompts):
         raise InputError("every prompt must hold at least 2 tokens")
     chosen = use_threads(threads, target, *drafter.models)

@@ -41,7 +41,7 @@ class Session:
         limit = getattr(spec, "max_seq_len", 0)
         over = [len(t) + max_new - limit for t in tokens if len(t) + max_new > limit]
         if limit and over:
-            warn(f"{where}: {len(over)} of {len(tokens)} prompts with --max-new {max_new} run "
+            warn(f"{where}: {len(over)} of {len(tokens)} prompts with --output-len {max_new} run "
                  f"past {self.target.name}'s {limit}-token trained context, by up to "
                  f"{max(over)} tokens: positions it never learned")
 

@@ -1,7 +1,7 @@
 """specscope and the serving engines, both ways.
 
 To an engine: the chosen tree as vLLM, SGLang, TensorRT-LLM or transformers take it
-(`optimize-tree --export`, `specscope export`). Each engine module writes the engine's own
+(`optimize-tree --to`, `specscope export`). Each engine module writes the engine's own
 configuration (`config_for`), its command line (`command`), reads a configuration back into the
 tree the engine verifies (`parse`) and checks it by the rules the engine's source applies
 (`check`), citing the file; `families` holds the trees each engine can express and solves for

@@ -244,9 +244,9 @@ def parse_vllm_metrics(text: str, where: str, model: str | None = None) -> Chain
                 values[counter] = values.get(counter, 0.0) + sample.value
     if model is None and len(models) > 1:
         raise InputError(f"{where}: counters of several models ({', '.join(sorted(models))}); "
-                         "pick one with --model")
+                         "pick one with --target")
     if model is not None and model not in models:
-        raise InputError(f"{where}: no counters of --model {model} (models: "
+        raise InputError(f"{where}: no counters of --target {model} (models: "
                          f"{', '.join(sorted(models)) or 'none labelled'})")
     for counter, found in (("num_drafts", "num_drafts" in values),
                            ("num_accepted_tokens_per_pos", bool(per_pos))):

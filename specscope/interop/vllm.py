@@ -76,7 +76,7 @@ def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
     """The `--speculative-config` object verifying `tree` with `method` (checked)."""
     if not tree.is_chain and uniform_levels(tree) is None:
         raise InputError("vllm: the tree's levels do not branch alike (vLLM drafts the top b_d "
-                         "tokens of every node at depth d − 1); optimize-tree --export vllm "
+                         "tokens of every node at depth d − 1); optimize-tree --to vllm "
                          "solves for the best tree vLLM runs")
     config: dict[str, Any] = {"method": method}
     if method in NEEDS_MODEL:

@@ -38,6 +38,7 @@ from specscope.executor.threads import use_threads
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.profile import check_device_kind
 from specscope.models import get_model
+from specscope.names import DEFAULT_BUDGET, DEFAULT_OUTPUT_LEN, SERVED_MAX_BATCH
 from specscope.serving.planners import in_turn, make_planner
 from specscope.serving.server import Server, ServeRun
 from specscope.simulator.entities import Group
@@ -61,15 +62,15 @@ class ServeBenchRequest:
     prompts: str = "builtin:code-edit"
     policy: str = "none"
     tree: Path | Tree | None = None
-    budget: int = 8
+    budget: int = DEFAULT_BUDGET
     max_depth: int = MAX_DEPTH
     acceptance: tuple[float, ...] | None = None
     trace: Trace | None = None
     arrivals: str = "poisson"
     cv: float = 1.0
     arrival_file: Path | None = None
-    output_len: str = "32"
-    max_batch: int = 4
+    output_len: str = str(DEFAULT_OUTPUT_LEN)
+    max_batch: int = SERVED_MAX_BATCH
     token_budget: int = 512
     chunked_prefill: int | None = None
     slo_tpot_ms: float | None = None

@@ -64,7 +64,7 @@ def run_ray(cells: Sequence[Cell], traces: Mapping[str, Trace], run_id: str, don
     try:
         import ray
     except ImportError:
-        raise InputError("--engine ray needs Ray: pip install 'specscope[ray]'") from None
+        raise InputError("--backend ray needs Ray: pip install 'specscope[ray]'") from None
     started = not ray.is_initialized()
     if started:
         try:

@@ -52,11 +52,11 @@ def run_sweep(config: str | Path, engine: str = "local", address: str | None = N
     """Evaluate every cell of `config` not already in `output` (default: the config's name with
     .parquet, in the current folder); `progress(done, total)` as cells finish."""
     if engine not in ENGINES:
-        raise InputError(f"--engine: one of {', '.join(ENGINES)}, got {engine!r}")
+        raise InputError(f"--backend: one of {', '.join(ENGINES)}, got {engine!r}")
     if address is not None and engine != "ray":
-        raise InputError("--address joins a Ray cluster: give it with --engine ray")
+        raise InputError("--address joins a Ray cluster: give it with --backend ray")
     if workers is not None and (engine != "ray" or address is not None):
-        raise InputError("--workers sets the CPUs of a local Ray: give it with --engine ray "
+        raise InputError("--workers sets the CPUs of a local Ray: give it with --backend ray "
                          "and no --address")
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be ≥ 1, got {workers}")

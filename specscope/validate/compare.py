@@ -120,7 +120,7 @@ def run_validate(req: ValidateRequest, progress: Progress | None = None) -> Vali
     `progress(done, total)` is called after each trace and each timed run."""
     start = time.perf_counter()
     profile = load_profile(req.hw)
-    for name, option in ((req.model, "--model"), (req.draft_model, "draft model")):
+    for name, option in ((req.model, "--target"), (req.draft_model, "draft model")):
         if name not in zoo_specs():
             raise InputError(f"{option}: unknown zoo model {name!r}; zoo models: "
                              f"{', '.join(sorted(zoo_specs()))}")
