@@ -7,16 +7,22 @@ RAY_STAMP := $(VENV)/.ray-stamp
 
 .PHONY: demo test lint bench clean chromium gpu-carry
 
+# The executor extra (pyproject.toml) gives ranges; make pins the versions the suite runs with:
+# torch's CPU wheel, so that torch>=2.5 can never resolve to a CUDA build, and transformers.
+PINS := torch==2.13.0 transformers==5.23.0
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' 2>&1 \
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PINS) \
+		-e '.[dev,executor]' 2>&1 \
 		| grep -v "is ignored: it is neither a file nor a directory" || true
 	$(BIN)/python -c "import specscope, torch; assert torch.__version__.startswith('2.13.0')"
 	touch $(STAMP)
 
 # the tests also run sweeps on a local Ray (the optional extra; it must keep torch 2.13.0)
 $(RAY_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,ray]' 2>&1 \
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PINS) \
+		-e '.[dev,executor,ray]' 2>&1 \
 		| grep -v "is ignored: it is neither a file nor a directory" || true
 	$(BIN)/python -c "import ray, torch; assert torch.__version__.startswith('2.13.0')"
 	touch $(RAY_STAMP)

@@ -12,6 +12,7 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
 from specscope.cli.checks import Choices, check_options, declared
+from specscope.errors import missing_extra
 
 if TYPE_CHECKING:
     from typer._click import HelpFormatter
@@ -61,9 +62,16 @@ class Command(TyperCommand):
     context_class = typer.Context
 
     def invoke(self, ctx: typer.Context) -> Any:
-        """Run the command once its options pass `check_options`."""
+        """Run the command once its options pass `check_options`; one that needs the executor
+        extra where it is not installed stops with one line naming it (`missing_extra`)."""
         check_options(self, ctx)
-        return super().invoke(ctx)
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            name = " ".join(ctx.command_path.split()[1:]) or ctx.command_path
+            if (error := missing_extra(exc, name)) is None:
+                raise
+            raise error from None
 
     def get_help(self, ctx: typer.Context) -> str:
         """The help text, values named."""

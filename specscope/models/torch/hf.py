@@ -122,4 +122,5 @@ class HFCausalLM:
         cached = self.cache.get_seq_length()
         if cached < length:
             raise ValueError(f"{length} tokens are committed but only {cached} are cached")
-        self.cache.crop(length - cached)
+        if cached > length:  # crop(-k) drops k tokens; before 5.14, crop(0) dropped them all
+            self.cache.crop(length - cached)
