@@ -128,7 +128,7 @@ def test_unknown_hardware(run: Run, tmp_path: Path) -> None:
 
 
 def test_unknown_model_in_cost(run: Run) -> None:
-    code, _, err = run(main, "cost", "--hw", "a100", "--model", "llama-9-999b")
+    code, _, err = run(main, "cost", "--hw", "a100", "--target", "llama-9-999b")
     assert code == 2 and "llama-9-999b" in err and len(err.strip().splitlines()) == 1
 
 
@@ -184,7 +184,7 @@ def test_budgets_choose_per_hardware(run: Run, trace_file: Path) -> None:
 
 
 def test_cost_json(run: Run) -> None:
-    code, out, err = run(main, "cost", "--hw", "a100", "--model", "llama-2-7b", "--json")
+    code, out, err = run(main, "cost", "--hw", "a100", "--target", "llama-2-7b", "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["step_time_ms"] > 0 and doc["operators"]
@@ -193,7 +193,7 @@ def test_cost_json(run: Run) -> None:
 @pytest.mark.parametrize("row", [r for r in load_published(GPTFAST_A100) if r.tokens_per_s],
                          ids=lambda r: f"{r.model}-w{r.weight_bits}-tp{r.tp}")
 def test_cost_command_reproduces_gptfast_a100_rows_within_15_percent(run: Run, row) -> None:
-    code, out, err = run(main, "cost", "--hw", "a100", "--model", row.model, "--weight-bits",
+    code, out, err = run(main, "cost", "--hw", "a100", "--target", row.model, "--weight-bits",
                          str(row.weight_bits), "--group-size", str(row.group_size), "--tp",
                          str(row.tp), "--batch", str(row.batch), "--context", str(row.context),
                          "--json")

@@ -133,8 +133,8 @@ def test_generate_lists_the_methods_the_executor_runs(capsys: pytest.CaptureFixt
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["cost", "--hw", "h100", "--model", "llama-3.1-8b", "--runtime", "warp"], "warp"),
-    (["cost", "--hw", "h100", "--model", "llama-3.1-8b", "--tree-attention", "sparse"], "sparse"),
+    (["cost", "--hw", "h100", "--target", "llama-3.1-8b", "--runtime", "warp"], "warp"),
+    (["cost", "--hw", "h100", "--target", "llama-3.1-8b", "--tree-attention", "sparse"], "sparse"),
     (["sweep", "examples/sweep.toml", "--backend", "spark"], "--backend"),
     (["simulate", "--hw", "h100", "--target", "llama-3.1-8b", "--rate", "1", "--requests", "2",
       "--seed", "0", "--acceptance", "0.5", "--policy", "psychic"], "psychic"),

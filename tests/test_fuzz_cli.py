@@ -24,7 +24,7 @@ SWEEP = 'hardware = ["h100"]\ntarget = ["llama-3.1-8b"]\ndrafter = ["ngram"]\nbu
 COUNTS = '{"drafts": 10, "accepted_per_position": [5, 2]}'
 CHAIN = '{"parents": [-1, 0], "ranks": [-1, 0], "sources": ["root", "draft"]}'
 BASE: dict[str, tuple[str, ...]] = {
-    "cost": ("--hw", "h100", "--model", "llama-3.1-8b"),
+    "cost": ("--hw", "h100", "--target", "llama-3.1-8b"),
     "profile-hw": ("--name", "fuzz-box", "--quick"),
     "synth": ("-o", "{tmp}/t.parquet", "--requests", "2", "--length", "8"),
     "generate": ("--target", "tiny-code", "--drafter", "ngram", "--algo", "chain", "--budget",

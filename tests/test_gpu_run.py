@@ -397,7 +397,7 @@ def test_the_cli_runs_under_the_carried_typer(tmp_path):
 
     unknown = cli("--no-such-option")  # one line, exit 2
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
-    bad = cli("cost", "--hw", "h100", "--model", "llama-3.1-8b", "--batch", "x")
+    bad = cli("cost", "--hw", "h100", "--target", "llama-3.1-8b", "--batch", "x")
     assert bad.returncode == 2 and bad.stderr.startswith("specscope: error: ")
     assert "--runtime [eager|graph|compile]" in cli("generate", "--help").stdout
     shown = subprocess.run([sys.executable, "-c", "import typer; print(typer.__file__)"],

@@ -132,7 +132,7 @@ def test_a_profile_with_a_non_finite_value_is_refused(cli: Cli, tmp_path: Path) 
     bad = tmp_path / "nan-box.toml"
     bad.write_text("\n".join("bandwidth_gbs = nan" if line.startswith("bandwidth_gbs") else line
                              for line in text.splitlines()))
-    refused(cli("cost", "--hw", bad, "--model", "llama-3.1-8b"), "bandwidth_gbs", "finite")
+    refused(cli("cost", "--hw", bad, "--target", "llama-3.1-8b"), "bandwidth_gbs", "finite")
 
 
 @pytest.mark.parametrize("content, words", [
@@ -198,7 +198,7 @@ def test_a_user_profile_shadowing_a_shipped_one_is_named_when_used(
         cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PROFILE_DIR_ENV, str(tmp_path))
     shutil.copy(DATA_DIR / "cpu-2core.toml", tmp_path / "h100.toml")
-    code, out, err = cli("cost", "--hw", "h100", "--model", "llama-3.1-8b")
+    code, out, err = cli("cost", "--hw", "h100", "--target", "llama-3.1-8b")
     assert code == 0 and out
     assert f"specscope: warning: --hw h100: read {tmp_path / 'h100.toml'}" in err
 
@@ -266,11 +266,11 @@ def test_an_internal_error_is_one_line_unless_debugging(cli: Cli,
         raise RuntimeError("deliberately broken\nsecond line")
 
     monkeypatch.setattr(specscope.hw_profiles, "load_profile", broken)
-    code, _, err = cli("cost", "--hw", "h100", "--model", "llama-3.1-8b")
+    code, _, err = cli("cost", "--hw", "h100", "--target", "llama-3.1-8b")
     assert code == 1
     assert err.strip() == ("specscope: internal error: RuntimeError: deliberately broken "
                            "(please report it with the command; SPECSCOPE_DEBUG=1 shows the "
                            "traceback)")
     monkeypatch.setenv("SPECSCOPE_DEBUG", "1")
     with pytest.raises(RuntimeError):
-        cli("cost", "--hw", "h100", "--model", "llama-3.1-8b")
+        cli("cost", "--hw", "h100", "--target", "llama-3.1-8b")

@@ -97,7 +97,7 @@ def test_an_eager_gpu_step_reads_host_bound_and_a_graph_step_does_not() -> None:
 
 
 def test_the_cli_prints_the_bound_and_its_json_carries_the_terms(run: Run) -> None:
-    args = ("cost", "--hw", "h100", "--model", "llama-3.1-8b", "--runtime", "eager")
+    args = ("cost", "--hw", "h100", "--target", "llama-3.1-8b", "--runtime", "eager")
     code, out, err = run(main, *args)
     assert code == 0, err
     assert "(roofline, host-bound)" in out and "host issue" in out
@@ -238,7 +238,7 @@ def test_a_profile_over_the_threshold_warns_when_loaded(tmp_path: Path) -> None:
 def test_the_warning_is_one_stderr_line_and_the_command_succeeds(run: Run,
                                                                  tmp_path: Path) -> None:
     path = _profile_with_fit(tmp_path, 0.28, 3.52)
-    code, out, err = run(main, "cost", "--hw", str(path), "--model", "llama-68m", "--json")
+    code, out, err = run(main, "cost", "--hw", str(path), "--target", "llama-68m", "--json")
     assert code == 0 and json.loads(out)["step_time_ms"] > 0
     (line,) = err.strip().splitlines()
     assert line.startswith("specscope: warning: profile noisy: its eager fit")

@@ -41,7 +41,7 @@ OPTIMIZE_TREE_EXAMPLE = ("specscope optimize-tree --hw h100 --target llama-3.1-8
                          "    --budgets 8,16,32,64 --runtime graph")
 COMMANDS: tuple[tuple[typer.Typer, str, Callable[..., None], tuple[str, ...]], ...] = (
     (app, "cost", predict.cost,
-     ("specscope cost --hw h100 --model llama-3.1-8b --batch 8 --new-tokens 16 \\",
+     ("specscope cost --hw h100 --target llama-3.1-8b --batch 8 --new-tokens 16 \\",
       "    --runtime graph")),
     (app, "profile-hw", measure.profile_hw,
      ("specscope profile-hw --name my-laptop --device cpu --quick",)),
