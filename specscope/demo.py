@@ -49,7 +49,10 @@ PAPERS = Path(__file__).resolve().parents[1] / "examples" / "papers"
 
 
 def run_demo(seed: int, console: Console, out: Path = DEMO_DIR, quick: bool = False) -> Path:
-    """Run every stage (module docstring), writing under `out`; the dashboard's path."""
+    """Run every stage (module docstring), writing under `out`; the dashboard's path. Without
+    the executor extra it fails before writing anything (its stages run real models)."""
+    import torch  # noqa: F401
+
     out.mkdir(parents=True, exist_ok=True)
     cpu_profile = _measure(out, console)
     real, synthetic = _traces(out, seed, quick, console)

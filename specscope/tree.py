@@ -373,10 +373,20 @@ class TreeFile:
 
 
 def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
-    """A tree from a JSON file: a bare tree (`Tree.to_dict`), or `optimize-tree --json` /
-    `-o` output, whose best result is taken, or the result of method `algo`."""
+    """A tree from a JSON file: a bare tree (`Tree.to_dict`), `optimize-tree --json` / `-o`
+    output, whose best result is taken, or the result of method `algo`, or an engine's
+    configuration (`export`, `optimize-tree --to`), whose tree it verifies."""
     path = Path(path)
     data = read_json(path, "tree file")
+    if isinstance(data, dict) and {"engine", "config", "tree"} <= set(data):
+        if algo is not None:
+            raise InputError(f"--algo {algo}: {path} holds one engine configuration's tree")
+        verified = data["tree"]  # optimize-tree --to keeps the scored tree, export the tree
+        if isinstance(verified, dict) and "tree" in verified:
+            verified = verified["tree"]
+        return TreeFile(_tree(verified, path), data.get("target"), data.get("source"), None,
+                        _number(data.get("predicted")), _number(data.get("unconstrained")),
+                        data.get("drafter"))
     if not (isinstance(data, dict) and "results" in data):
         if algo is not None:
             raise InputError(f"--algo {algo}: {path} holds one bare tree, not optimize-tree "
@@ -397,7 +407,11 @@ def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
 
 def _speedup(result: object) -> float | None:
     """A result's recorded speedup, when it records a number."""
-    value = result.get("speedup") if isinstance(result, dict) else None
+    return _number(result.get("speedup") if isinstance(result, dict) else None)
+
+
+def _number(value: object) -> float | None:
+    """`value` as a float when it is a number (not a bool), else None."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
         else None
 

@@ -437,3 +437,20 @@ def test_export_of_a_tree_an_engine_cannot_run(cli, tmp_path: Path) -> None:
                          "--drafter", "llama-68m", "--json")
     assert code == 0, err
     assert json.loads(out)["config"]["speculative_draft_model_path"] == "JackFram/llama-68m"
+
+
+def test_an_engine_configuration_exports_again(cli, tmp_path: Path) -> None:
+    plan, again = tmp_path / "plan.json", tmp_path / "vllm.json"
+    code, _, err = cli("optimize-tree", "--hw", "h100", "--target", "llama-3.1-8b", "--drafter",
+                       "llama-3.2-1b", "--acceptance", "0.7,0.2", "--budget", 8, "--to", "sglang",
+                       "-o", plan)
+    assert code == 0, err
+    code, out, err = cli("export", plan, "--to", "vllm", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["tree"] == json.loads(plan.read_text())["tree"]["tree"]
+    assert doc["config"]["model"] == "meta-llama/Llama-3.2-1B"  # the drafter the file priced
+    assert cli("export", plan, "--to", "vllm", "-o", again)[0] == 0
+    assert json.loads(cli("export", again, "--to", "vllm", "--json")[1])["config"] == doc["config"]
+    code, _, err = cli("export", plan, "--to", "vllm", "--algo", "chain")
+    assert code == 2 and "one engine configuration" in err

@@ -42,7 +42,7 @@ budget = [4, 8]
 batch = [1]
 """
 ANALYTIC_RUNS: tuple[tuple[str, str], ...] = (
-    ("cost", "cost --hw h100 --model llama-3.1-8b --batch 8 --new-tokens 16 --runtime graph"),
+    ("cost", "cost --hw h100 --target llama-3.1-8b --batch 8 --new-tokens 16 --runtime graph"),
     ("optimize-tree", "optimize-tree --hw h100 --target llama-3.1-8b --drafter llama-68m "
                       "--acceptance 0.6,0.2 --budget 8 --algo chain -o out/tree.json"),
     ("export", "export out/tree.json --to vllm"),
@@ -150,3 +150,4 @@ def test_without_the_executor_analytic_commands_run_and_the_others_name_the_extr
         assert (code, out) == (2, ""), f"specscope {name}: {code} {out}{err}"
         assert err == (f"specscope: error: {name} needs the executor extra: pip install "
                        "'specscope[executor]' (no module named 'torch')\n"), err
+    assert not list((tmp_path / "executor").iterdir()), "a refused command wrote files"

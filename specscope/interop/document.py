@@ -84,6 +84,6 @@ def tree_export(path: Path, engine: str, method: str | None = None, algo: str | 
         "engine": engine, "method": chosen, "config": config,
         "command": module.command(config, model_id(target)),
         "predicted": found.speedup, "unconstrained": found.best_speedup,
-        "target": target, "source": source, "tree": tree.to_dict(),
+        "target": target, "drafter": named, "source": source, "tree": tree.to_dict(),
         "notes": [module.TREE_NOTE] if hasattr(module, "TREE_NOTE") else [],
     }
