@@ -1,4 +1,4 @@
-"""What `optimize-tree --export` costs on top of `optimize-tree`, and what each engine's family
+"""What `optimize-tree --to` costs on top of `optimize-tree`, and what each engine's family
 loses against the unconstrained optimum.
 
 Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/export.py [--budgets 16,64,256]
@@ -39,7 +39,7 @@ def main() -> None:
         trace = Path(folder) / "x.parquet"
         write_trace(synth_trace(requests=32, seed=0, length=256,
                                 sources=("draft:llama-68m", "ngram", "recycle"), k=8), trace)
-        table = Table(title=f"optimize-tree --export on h100 (llama-2-7b, llama-68m; "
+        table = Table(title=f"optimize-tree --to on h100 (llama-2-7b, llama-68m; "
                             f"{os.cpu_count()} cores, 1 thread)")
         for col in ("budget", "engine", "method", "optimize-tree s", "export s", "ratio",
                     "predicted", "unconstrained", "lost"):
