@@ -46,6 +46,16 @@ def quickstart_commands(readme: str) -> list[str]:
             if line and not line.startswith("#") and not PIP_INSTALL.match(line)]
 
 
+def quickstart_output(readme: str) -> str:
+    """The output the quickstart shows: the first plain ``` block after its ```sh block."""
+    _, _, after = readme.partition(f"{QUICKSTART_HEADING}\n")
+    _, _, after = after.partition("```sh\n")
+    _, fence, shown = after.partition("\n```\n")  # the sh block's end
+    _, fence, shown = shown.partition("```\n")
+    assert fence, f"README.md's {QUICKSTART_HEADING!r} section shows no output"
+    return shown.partition("```")[0]
+
+
 def test_the_quickstart_parser_joins_continuations_and_drops_what_it_should() -> None:
     readme = ("# x\n\n## Quickstart (GPU)\n\n```sh\nspecscope nope\n```\n\n"
               f"{QUICKSTART_HEADING}\n\nSome words.\n\n```sh\n# a comment\npip install .\n"
@@ -73,10 +83,6 @@ def _examples(folder: Path) -> None:
     examples.mkdir()
     for entry in (ROOT / "examples").iterdir():
         (examples / entry.name).symlink_to(entry)
-    if not (examples / "vllm-metrics.txt").exists():
-        from test_interop_import import vllm_metrics
-
-        (examples / "vllm-metrics.txt").write_text(vllm_metrics(), encoding="utf-8")
 
 
 @pytest.mark.slow
@@ -116,7 +122,7 @@ def test_a_core_install_runs_the_readme_quickstart_without_torch(tmp_path: Path)
     folder = tmp_path / "quickstart"
     folder.mkdir()
     _examples(folder)
-    started = time.monotonic()
+    started, printed = time.monotonic(), ""
     for i, command in enumerate(commands, 1):
         left = QUICKSTART_BUDGET_S - (time.monotonic() - started)
         assert left > 0, f"the quickstart took over {QUICKSTART_BUDGET_S:.0f} s by command {i}"
@@ -130,7 +136,10 @@ def test_a_core_install_runs_the_readme_quickstart_without_torch(tmp_path: Path)
             f"quickstart command {i} of {len(commands)} exited {done.returncode} in the core "
             f"install:\n  {command}\nstderr (last lines):\n"
             f"{os.linesep.join(done.stderr.splitlines()[-10:])}")
+        printed += done.stdout
     print(f"quickstart: {time.monotonic() - started:.1f} s")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert printed == quickstart_output(readme), "the README shows another quickstart output"
 
     done = subprocess.run([str(bin_dir / "specscope"), "profile-hw", "--name", "box", "--quick"],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=60)

@@ -88,5 +88,5 @@ def trace_import(
     doc = import_file(file, source_format, target, lower, setting)
     summary = (f"acceptance of {doc['source']} from {file} ({source_format}): p = "
                f"{', '.join(f'{x:.3f}' for x in doc['acceptance'])}; mean accepted length "
-               f"{doc['mean_accepted_length']:.2f}; written to {output}")
+               f"{doc['mean_accepted_length']:.2f}")
     _emit(doc, True, output, summary)
