@@ -147,7 +147,7 @@ def _optimize(out: Path, synthetic: Path, real: Path, cpu_profile: Path, console
                 summary.add_row(hw, "", f"skipped: {exc}", *[""] * 5)
                 continue
         written[hw] = _write(folder / f"{hw}.json", result)
-        best = result.comparison.scores[0]
+        best = result.best
         summary.add_row(hw, result.runtime, best.algo, f"{best.n:g}", f"{best.depth:g}",
                         f"{best.expected_tokens:.2f}", f"{best.step_time_s * 1e3:.2f}",
                         f"{best.speedup:.2f}×")
@@ -157,7 +157,7 @@ def _optimize(out: Path, synthetic: Path, real: Path, cpu_profile: Path, console
         trace_path=real, source="ngram", budgets=[4, 8, 16], algos="sequoia,goose,chain"))
     written["this-machine"] = _write(folder / "this-machine.json", result)
     console.print(optimize_table(result))
-    return written, result.comparison.scores[0]
+    return written, result.best
 
 
 def _write(path: Path, result: OptimizeResult) -> Path:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich import box
 from rich.table import Table
 
-from specscope.optimizers.run import OptimizeResult
+from specscope.optimizers.run import ANY_SIZE, OptimizeResult
 
 if TYPE_CHECKING:
     from specscope.simulator.at_rate import RateChoice
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def optimize_table(result: OptimizeResult) -> Table:
     """One `optimize-tree` result, best predicted speedup first, the DP optimum marked."""
-    scores, skipped = result.comparison.scores, result.comparison.skipped
+    scores, skipped = result.ranked, result.comparison.skipped
     replay = any(s.replay_tokens is not None for s in scores)
     table = Table(
         title=f"{result.target} on {result.hardware} · drafter {result.drafter} · source "
@@ -24,6 +24,9 @@ def optimize_table(result: OptimizeResult) -> Table:
         caption="expected / replayed: tokens per step under the acceptance model / over the "
         "trace · ★ exact DP optimum over the source's trees (Goose uses n-gram + recycling) · "
         "tok/s and speedup predicted from expected"
+        + ("" if result.any_size is None else
+           f" · any-size: the DP's best tree of at most {max(result.comparison.pareto)} nodes, "
+           "faster than every method's tree of that size")
         + "".join(f"\nskipped {a}: {why}" for a, why in skipped.items()),
     )
     cols = ["method", "n", "d", "expected"]
@@ -33,7 +36,7 @@ def optimize_table(result: OptimizeResult) -> Table:
         table.add_column(col, justify="left" if col == "method" else "right",
                          no_wrap=col == "method")
     for s in scores:
-        mark = " ★" if s.algo == result.reference else ""
+        mark = " ★" if s.algo in (result.reference, ANY_SIZE) else ""
         row = [s.algo + mark, _count(s.n), _count(s.depth), f"{s.expected_tokens:.3f}"]
         if replay:
             row.append(f"{s.replay_tokens:.3f}")

@@ -157,3 +157,15 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(cli: Cli, profile_dir:
     assert code == 2, err
     assert needle in err and len(err.strip().splitlines()) == 1
     assert not out_file.exists() and not profile_dir.exists()
+
+
+def test_profile_hw_measures_the_gpu_when_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from specscope.profiling.calibrate import resolve_device
+
+    assert resolve_device("cpu") == "cpu" and resolve_device("cuda") == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda"

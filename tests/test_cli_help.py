@@ -110,7 +110,7 @@ CHOICES = [
     ("generate", "--ssm-verify", SSM_VERIFY),
     ("generate", "--runtime", RUNTIMES),
     ("collect", "--drafter", (*COLLECT_DRAFTERS, "MODEL")),
-    ("profile-hw", "--device", ("cpu", "cuda")),
+    ("profile-hw", "--device", ("cpu", "cuda", "auto")),
     ("profile-hw", "--runtime", RUNTIMES),
     ("zoo train", "--model", (*ORDER, "all")),
 ]

@@ -101,3 +101,39 @@ def test_a_system_refuses_what_it_deploys_itself(cli, extra: tuple, word: str) -
 def test_a_system_needs_a_named_target(cli) -> None:
     code, _, err = cli(*[a for a in HEAD if a not in ("--target", "llama-3.1-8b")])
     assert code == 2 and "--system deploys its models around a named --target" in err, err
+
+
+ONE_ANSWER = ("optimize-tree", "--hw", "h100", "--target", "llama-3.1-8b", "--drafter",
+              "llama-3.2-1b", "--acceptance", "0.7,0.15,0.05", "--budget", "16", "--batch",
+              "256")
+
+
+@pytest.mark.parametrize(("hw", "batch"), [("h100", "256"), ("rtx-3090", "64")])
+def test_the_table_the_verdict_the_export_and_the_record_give_one_answer(cli, tmp_path, hw: str,
+                                                                          batch: str) -> None:
+    """At a large batch every method's tree of 16 nodes loses while a smaller tree pays: the
+    any-size row tops the table, the verdict speculates with it, and the export and `-o` agree
+    (issue 40: they used to say "no speculation … 0.46×" and then "predicted 1.125×")."""
+    args = [*ONE_ANSWER[:2], hw, *ONE_ANSWER[3:-1], batch]
+    code, out, err = cli(*args, "--to", "vllm")
+    assert code == 0, err
+    verdict = next(line for line in out.splitlines() if line.startswith(("speculate",
+                                                                         "no speculation")))
+    assert verdict.startswith(f"speculate at batch {batch}: the best tree of at most 16 nodes")
+    record = tmp_path / "r.json"
+    assert cli(*args, "-o", record)[0] == 0
+    doc = json.loads(record.read_text())
+    top = doc["results"][0]
+    assert doc["speculation_pays"] and top["algo"] == "any-size" and top["speedup"] > 1
+    assert top["n"] < 16 and all(r["speedup"] < 1 for r in doc["results"][1:])
+    assert f"{top['speedup']:.2f}×" in verdict
+    exported = tmp_path / "e.json"
+    assert cli(*args, "--to", "vllm", "-o", exported)[0] == 0
+    export = json.loads(exported.read_text())
+    assert export["unconstrained"] == pytest.approx(top["speedup"], rel=1e-12)
+    assert 1 < export["predicted"] <= export["unconstrained"]
+
+
+def test_no_any_size_row_when_the_stated_size_is_best(cli) -> None:
+    doc = json.loads(cli(*ONE_ANSWER[:-2], "--batch", "1", "--json")[1])
+    assert doc["results"][0]["algo"] != "any-size" and doc["speculation_pays"]

@@ -81,8 +81,7 @@ CONCEPTS = (
     Concept("--stages", ("--pp", "--pipeline", "--pipeline-parallel", "--pipeline-stages")),
     Concept("--draft-window", ("--draft-context", "--window")),
     Concept("--draft-vocab", ("--draft-vocab-size",)),
-    Concept("--device", ("--devices",), ("specscope.names:DEVICES",
-                                        "specscope.names:PROFILE_DEVICES")),
+    Concept("--device", ("--devices",), ("specscope.names:DEVICES",)),
     Concept("--dtype", ("--precision",), ("specscope.names:DTYPE_NAMES",)),
     Concept("--threads", ("--num-threads", "--cpu-threads", "--nthreads")),
     # the tree and the load

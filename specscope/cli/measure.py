@@ -51,8 +51,9 @@ Temperature = Annotated[float, typer.Option(help="Sampling temperature (0: greed
 
 def profile_hw(
     name: Annotated[str, typer.Option(help="Profile name (--hw NAME finds it afterwards).")],
-    device: Annotated[str, typer.Option(help="The device to measure."),
-                      Choices("specscope.names:PROFILE_DEVICES")] = "cpu",
+    device: Annotated[str, typer.Option(help="The device to measure (auto: cuda when torch "
+                                             "sees a GPU, else cpu)."),
+                      Choices("specscope.names:DEVICES")] = "auto",
     runtime: Annotated[list[str] | None, typer.Option(
         help="Runtimes to fit, repeated or comma-separated; graph needs cuda (default: all "
              "the device runs; --quick on cuda leaves out compile)."),
@@ -73,6 +74,9 @@ def profile_hw(
     to measured step times."""
     from specscope.models import get_model
     from specscope.profiling.calibrate import profile_hw as run_profile_hw
+    from specscope.profiling.calibrate import resolve_device
+
+    device = resolve_device(device)
 
     runtimes = [r.strip() for item in runtime or [] for r in item.split(",") if r.strip()]
     chosen = [m.strip() for m in (models or "").split(",") if m.strip()]

@@ -261,7 +261,7 @@ def optimize_tree(
                                     bar.update(task, completed=done, total=total),
                                     prompt_len=prompt_len, output_len=output_len)
             result = choice.result
-    sizes, best = list(result.comparison.pareto), result.comparison.scores[0]
+    sizes, best = list(result.comparison.pareto), result.best
     summary = (f"{len(result.comparison.scores)} methods × {len(sizes)} "
                f"budget{'s' if len(sizes) > 1 else ''} (n ≤ {', '.join(map(str, sizes))}) for "
                f"{result.target} on {result.hardware}; best {best.algo} {best.speedup:.2f}× "

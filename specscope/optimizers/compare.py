@@ -161,6 +161,14 @@ def unavailable(algo: str, setup: Setup, smallest_budget: int) -> str | None:
     return None
 
 
+def best_any_size(setup: Setup, budget: int) -> Score:
+    """The exact best tree of at most `budget` nodes by predicted speedup, of any size and
+    depth: the DP's hardware-aware choice over every size (on a chains-only engine, the chain
+    method's over every length)."""
+    algo = DP_REFERENCE if unavailable(DP_REFERENCE, setup, budget) is None else "chain"
+    return compare(setup, [algo], budgets=[budget]).scores[0]
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Best row per method (best predicted speedup first), the Pareto rows, skipped methods."""

@@ -23,13 +23,17 @@ from specscope.optimizers.compare import (
     Comparison,
     MethodOptions,
     Setup,
+    best_any_size,
     compare,
     resolve_algos,
 )
+from specscope.optimizers.scoring import Score
 from specscope.trace import AcceptanceModel, Trace, drafting, read_trace
 from specscope.trace.sources import NO_DRAFTER
 from specscope.tree import DEFAULT_SOURCE, acceptance_table
 
+ANY_SIZE = "any-size"
+"""The row of the exact best tree of any size up to one --budget (`OptimizeResult.any_size`)."""
 DEFAULT_TARGET = "llama-2-7b"
 DEFAULT_DRAFTER = "llama-68m"
 DEFAULT_CONTEXT = 512
@@ -94,17 +98,39 @@ class OptimizeResult:
     system: str | None = None
     setup: Setup | None = field(default=None, repr=False, compare=False)
     """What every method was scored on (`export` solves engines' families on it)."""
+    any_size: Score | None = None
+    """Under one --budget n: the exact best tree of any size up to n (`best_any_size`, algo
+    `ANY_SIZE`) when it beats every method's tree of n nodes (a smaller tree can pay where n
+    nodes do not, at a large batch); None otherwise."""
+
+    @property
+    def ranked(self) -> list[Score]:
+        """Every row, best predicted speedup first: the any-size optimum, then each method."""
+        return [*([self.any_size] if self.any_size else []), *self.comparison.scores]
+
+    @property
+    def best(self) -> Score:
+        """The fastest tree found: the one the verdict, the export and `-o`'s first result
+        name."""
+        return self.ranked[0]
 
     @property
     def speculation_pays(self) -> bool:
-        """Whether the best method beats plain decoding at this batch (speedup above 1)."""
-        return self.comparison.scores[0].speedup > 1.0
+        """Whether the best tree beats plain decoding at this batch (speedup above 1)."""
+        return self.best.speedup > 1.0
 
     @property
     def verdict(self) -> str:
-        """One line: speculate with the best method, or decode plainly and why."""
-        best = self.comparison.scores[0]
+        """One line: speculate with the best tree, or decode plainly and why."""
+        best, sized = self.best, self.comparison.scores[0]
         at = f"at batch {self.batch}"
+        if self.any_size is not None:
+            smaller = (f"the best tree of at most {max(self.comparison.pareto)} nodes (n = "
+                       f"{best.n:g}) predicts {best.speedup:.2f}× over plain decoding; every "
+                       f"method's tree of {max(self.comparison.pareto)} nodes predicts at most "
+                       f"{sized.speedup:.2f}×")
+            return (f"speculate {at}: {smaller}" if self.speculation_pays
+                    else f"no speculation {at}: plain decoding is faster ({smaller})")
         if self.speculation_pays:
             return f"speculate {at}: {best.algo} predicts {best.speedup:.2f}× over plain decoding"
         return (f"no speculation {at}: plain decoding is faster (the best tree, {best.algo}, "
@@ -127,8 +153,8 @@ class OptimizeResult:
             "speculation_pays": self.speculation_pays,
             "verdict": self.verdict,
             "results": [
-                s.to_dict() | {"dp_optimum": s.algo == self.reference}
-                for s in self.comparison.scores
+                s.to_dict() | {"dp_optimum": s.algo in (self.reference, ANY_SIZE)}
+                for s in self.ranked
             ],
         }
         if len(self.comparison.pareto) > 1:
@@ -205,10 +231,15 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
     setup = Setup(p=p, source=source, pricing=pricing, max_depth=req.max_depth, trace=trace,
                   options=req.options)
     comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets, progress=progress)
+    any_size = None
+    if req.budget is not None and req.budget > 1:
+        found = best_any_size(setup, req.budget)
+        if found.speedup > comparison.scores[0].speedup * (1 + 1e-12):
+            any_size = dataclasses.replace(found, algo=ANY_SIZE)
     return OptimizeResult(profile.name, target, drafter, source, int(context), comparison,
                           pricing.target.runtime.name, pricing.target.tree_attention,
                           engine=dep.engine_name, batch=dep.batch, system=req.system,
-                          setup=setup)
+                          setup=setup, any_size=any_size)
 
 
 def _as_deployed(req: OptimizeRequest, source: str

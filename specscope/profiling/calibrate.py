@@ -163,6 +163,14 @@ class ProfileResult:
     wall_s: float
 
 
+def resolve_device(device: str) -> str:
+    """The device `profile-hw` measures: `device`, or for auto the GPU when torch sees one,
+    else the CPU (so a GPU machine is not profiled as its host by default)."""
+    if device != "auto":
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def check_request(name: str, device: str, runtimes: Sequence[str], threads: int | None
                   ) -> tuple[Runtime, list[Runtime]]:
     """Check `--name`, `--device`, `--runtime` and `--threads` together (one-line `InputError`s);
