@@ -5,7 +5,9 @@ Commands whose memory or time grows with an option (`simulate --requests`, `trac
 --requests × --length`, a sweep grid's cells, `optimize-tree --budget`) estimate what the request
 needs from the sizes of the data structures it builds, and `check_memory` / `check_time` refuse
 it with an `InputError` above the limit. The estimates are estimates (the refusal says so): each
-is derived from what its code allocates per item and checked against a measured run.
+is derived from what its code allocates per item and checked against a measured run. Files
+read in a stream (`trace import`'s metrics and logs) hold bounded memory whatever their size, and
+`check_read` refuses one whose reading at its reader's measured rate would pass the time limit.
 
 Limits: memory defaults to `MEMORY_FRACTION` of this machine's available memory (MemAvailable
 in /proc/meminfo, else the free physical pages); time to `DEFAULT_TIME_LIMIT_MIN` minutes. The
@@ -80,14 +82,27 @@ def check_memory(estimate_bytes: float, what: str) -> None:
             f"{MEMORY_ENV}=<GB> if the machine has the memory")
 
 
-def check_time(estimate_s: float, what: str) -> None:
-    """Refuse (`InputError`) a request whose estimated run time is over the limit."""
+def check_time(estimate_s: float, what: str, doing: str = "computing") -> None:
+    """Refuse (`InputError`) a request whose estimated run time is over the limit; `doing`
+    says what the time goes to ("computing", "serving")."""
     limit, origin = time_limit()
     if estimate_s > limit:
         raise InputError(
-            f"{what} needs an estimated {_duration(estimate_s)} of computing, over the limit "
+            f"{what} needs an estimated {_duration(estimate_s)} of {doing}, over the limit "
             f"of {_duration(limit)} ({origin}); make it smaller, or raise the limit with "
             f"{TIME_ENV}=<minutes>")
+
+
+def check_read(path: Path, what: str, bytes_per_s: float) -> None:
+    """Refuse (`InputError`) a file whose reading at `bytes_per_s` (its reader's measured
+    rate) would run past the time limit, before reading any of it; `what` names the option
+    that reads it ("--from vllm-metrics"). A file that cannot be stat'ed is left to its reader,
+    which says what is wrong."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return
+    check_time(size / bytes_per_s, f"{what} {path} ({size / GB:,.2f} GB)", "reading")
 
 
 def _duration(seconds: float) -> str:

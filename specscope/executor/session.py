@@ -8,7 +8,7 @@ hands the loaded models to the library (`speculative_generate`, `collect_tokens`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from specscope.errors import InputError, warn
@@ -34,16 +34,21 @@ class Session:
 
         return [encode(self.tokenizer, text, spec) for text in load_prompts(spec)[:n]]
 
-    def check_context(self, tokens: list[list[int]], max_new: int, where: str) -> None:
-        """Warn when prompts of `tokens` and `max_new` new tokens run past the target's trained
-        context: it decodes them, at positions it never learned."""
+    def check_context(self, tokens: Sequence[Sequence[int]], max_new: int | Sequence[int],
+                      where: str, output_len: str | None = None) -> None:
+        """Warn when prompts of `tokens` and `max_new` new tokens (one number for all, or one
+        per prompt; `output_len` names it in the warning, default the number) run past the
+        target's trained context: it decodes them, at positions it never learned. Every
+        command that runs prompts through the executor calls this, once, before running."""
         spec = getattr(self.target.model, "spec", None)
         limit = getattr(spec, "max_seq_len", 0)
-        over = [len(t) + max_new - limit for t in tokens if len(t) + max_new > limit]
+        news = [max_new] * len(tokens) if isinstance(max_new, int) else list(max_new)
+        over = [len(t) + n - limit for t, n in zip(tokens, news, strict=True)
+                if len(t) + n > limit]
         if limit and over:
-            warn(f"{where}: {len(over)} of {len(tokens)} prompts with --output-len {max_new} run "
-                 f"past {self.target.name}'s {limit}-token trained context, by up to "
-                 f"{max(over)} tokens: positions it never learned")
+            warn(f"{where}: {len(over)} of {len(tokens)} prompts with --output-len "
+                 f"{output_len or max_new} run past {self.target.name}'s {limit}-token trained "
+                 f"context, by up to {max(over):,} tokens: positions it never learned")
 
 
 def load_session(model: str, draft_model: str | None = None, runtime: Runtime | None = None,

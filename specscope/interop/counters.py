@@ -27,13 +27,23 @@ Formats: `vllm-metrics` (vLLM's Prometheus text: `vllm:spec_decode_num_drafts`,
 `sglang-log` (SGLang's decode log lines, whose `accept len` is the mean tokens per verification:
 a chain's p[0] solves Σ_{d≤L} p^d = accept len − 1), and `json` (`{"drafts": N,
 "accepted_per_position": [a_1, …, a_L]}`, optionally `draft_tokens`, `accepted_tokens`).
+
+Bounds: metrics and logs are read one line at a time, keeping only the spec-decode series (at
+most `MAX_SERIES`) or the decode lines' two numbers, so memory stays bounded whatever the file's
+size, and a file whose reading would pass the time limit is refused before it is read
+(`limits.check_read`); a counts JSON past `MAX_JSON_BYTES` is refused unread. Every count is a
+whole number from 0 to `MAX_COUNT` (10^15), over at most `MAX_POSITIONS` positions. A vLLM series
+repeated with the same value (one scrape pasted twice) is counted once with one warning; repeated
+with another value (two scrapes of a growing counter) it is refused, naming the series and both
+lines, never summed. A malformed number is refused naming its line.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
@@ -41,9 +51,10 @@ from typing import Any
 
 import numpy as np
 
-from specscope.errors import InputError
-from specscope.files import read_json, read_text
+from specscope.errors import InputError, warn
+from specscope.files import read_json, text_lines
 from specscope.interop.families import TopK, topk_tree
+from specscope.limits import check_read
 from specscope.trace.acceptance import AcceptanceModel, wilson
 from specscope.tree import DEFAULT_SOURCE, acceptance_table
 
@@ -53,6 +64,16 @@ CONFIDENCE = 0.95
 VLLM_PREFIX = "vllm:spec_decode_"
 VLLM_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
                  "num_accepted_tokens_per_pos")
+MAX_COUNT = 10**15
+"""The largest count taken (thirty years of a million drafts a second is under 10^15): counts
+are whole numbers in 0..MAX_COUNT, so sums and ratios stay exact in float64."""
+MAX_POSITIONS = 1024
+"""Draft positions taken at most (no engine drafts chains this long)."""
+MAX_JSON_BYTES = 1 << 20
+"""A counts JSON larger than this (1 MiB) is refused unread: it holds a few numbers."""
+READ_BYTES_PER_S = 20e6
+"""A conservative rate at which metrics and logs are read, for `limits.check_read`'s estimate
+(`benchmarks/imports.py` measures 36-75 MB/s on a 2-core VM)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +110,13 @@ class ChainCounts:
     def check(self) -> None:
         """One `InputError` naming the counter that breaks the counters' own arithmetic."""
         n, where = self.names, self.where
+        for name, value in ((n.drafts, self.drafts),
+                            *((n.at(d), a) for d, a in enumerate(self.accepted, 1)),
+                            (n.draft_tokens, self.draft_tokens),
+                            (n.accepted_tokens, self.accepted_tokens)):
+            if value is not None and value > MAX_COUNT:
+                raise InputError(f"{where}: {name} is {value}, past the largest count taken "
+                                 f"({MAX_COUNT:.0e})")
         if self.drafts <= 0:
             raise InputError(f"{where}: {n.drafts} is {self.drafts}: nothing was drafted")
         if not self.accepted:
@@ -197,6 +225,9 @@ def parse_counts_json(data: object, where: str) -> ChainCounts:
     per_pos = data["accepted_per_position"]
     if not isinstance(per_pos, list) or not per_pos:
         raise InputError(f"{where}: accepted_per_position must be a non-empty list of counts")
+    if len(per_pos) > MAX_POSITIONS:
+        raise InputError(f"{where}: accepted_per_position holds {len(per_pos)} positions, more "
+                         f"than the {MAX_POSITIONS} a draft of any engine has")
     return ChainCounts(
         _count(data["drafts"], f"{where}: drafts"),
         tuple(_count(v, f"{where}: accepted_per_position[{i}]") for i, v in enumerate(per_pos)),
@@ -205,43 +236,122 @@ def parse_counts_json(data: object, where: str) -> ChainCounts:
         where=where)
 
 
-def parse_vllm_metrics(text: str, where: str, model: str | None = None) -> ChainCounts:
-    """The spec-decode counters of vLLM's Prometheus text (summed over engines; `model`
-    picks one `model_name` when several served)."""
-    from prometheus_client.parser import text_string_to_metric_families
+PROM_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*(?:\{(.*)\})?[ \t]+(\S+)"
+                         r"(?:[ \t]+\S+)?[ \t]*")
+"""A Prometheus text sample line: name, labels (between the braces), value, timestamp."""
+PROM_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"'
+                        r"[ \t]*(?:,|$)")
+PROM_VALUE = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|Inf|NaN)")
+MAX_SERIES = 100_000
+"""Spec-decode series a metrics file may hold (models × engines × counters and positions): a
+file with more is not one server's scrape, and memory stays bounded."""
 
-    values: dict[str, float] = {}
-    per_pos: dict[int, float] = {}
+
+def _labels(text: str | None) -> dict[str, str] | None:
+    """The labels between a sample's braces; None when they are malformed."""
+    labels: dict[str, str] = {}
+    pos, text = 0, text or ""
+    while pos < len(text.rstrip(" \t")):
+        m = PROM_LABEL.match(text, pos)
+        if m is None:
+            return None
+        labels[m.group(1)] = re.sub(r"\\(.)", lambda e: "\n" if e.group(1) == "n"
+                                    else e.group(1), m.group(2))
+        pos = m.end()
+    return labels
+
+
+def _series(name: str, labels: Mapping[str, str]) -> str:
+    """A series as Prometheus writes it, for messages."""
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}" if inner else name
+
+
+def parse_vllm_metrics(lines: str | Iterable[tuple[int, str, bool]], where: str,
+                       model: str | None = None) -> ChainCounts:
+    """The spec-decode counters of vLLM's Prometheus text, given whole or as `text_lines`
+    gives it (number, text, whole), read in one pass keeping only the spec-decode series:
+    summed over engines (`model` picks one `model_name` when several served). A series
+    repeated with the same value (one scrape pasted twice) is counted once, with one warning;
+    repeated with another value (two scrapes of a growing counter) it is refused, as are
+    counts that are not whole numbers in 0..`MAX_COUNT`."""
+    if isinstance(lines, str):
+        lines = ((i, line, True) for i, line in enumerate(lines.splitlines(), 1))
+    seen: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, int]] = {}
+    repeats: list[tuple[str, int, int]] = []
+    values: dict[str, int] = {}
+    per_pos: dict[int, int] = {}
     models: set[str] = set()
-    try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as exc:
-        raise InputError(f"{where}: not Prometheus text ({exc})") from None
-    for family in families:
-        name = family.name.removesuffix("_total")
-        if not name.startswith(VLLM_PREFIX):
+    for number, line, whole in lines:
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
             continue
-        counter = name.removeprefix(VLLM_PREFIX)
+        spec = stripped.startswith(VLLM_PREFIX)
+        if not whole:
+            if spec:
+                raise InputError(f"{where}: line {number}: a spec-decode sample longer than "
+                                 f"{len(line.encode())} bytes")
+            continue
+        m = PROM_SAMPLE.fullmatch(stripped)
+        if m is None or (spec and not PROM_VALUE.fullmatch(m.group(3))):
+            raise InputError(f"{where}: not Prometheus text (line {number}: "
+                             f"{stripped[:60]!r})")
+        if not spec:
+            continue
+        name = m.group(1)
+        if name.endswith("_created"):
+            continue
+        counter = name.removesuffix("_total").removeprefix(VLLM_PREFIX)
         if counter not in VLLM_COUNTERS:
             continue
-        for sample in family.samples:
-            if sample.name.endswith("_created"):
+        labels = _labels(m.group(2))
+        if labels is None:
+            raise InputError(f"{where}: not Prometheus text (line {number}: malformed labels "
+                             f"{stripped[:60]!r})")
+        label = f"{VLLM_PREFIX}{counter}"
+        series = _series(label, labels)
+        token = m.group(3)
+        value = float(token.replace("Inf", "inf"))
+        if token.lstrip("+-") in ("Inf", "NaN") or value < 0:
+            raise InputError(f"{where}: line {number}: {label} is {value}")
+        if value > MAX_COUNT or value != int(value):
+            shown = token if len(token) <= 40 else f"{token[:20]}… ({len(token)} characters)"
+            raise InputError(f"{where}: line {number}: {series} is {shown}: a count must be "
+                             f"a whole number from 0 to {MAX_COUNT:.0e}")
+        count = int(value)
+        key = (counter, tuple(sorted(labels.items())))
+        if key in seen:
+            first, before = seen[key]
+            if before != count:
+                raise InputError(f"{where}: line {number}: {series} repeats line {first} with "
+                                 f"another value ({count} against {before}): two scrapes in "
+                                 "one file? give one")
+            repeats.append((series, first, number))
+            continue
+        if len(seen) >= MAX_SERIES:
+            raise InputError(f"{where}: more than {MAX_SERIES:,} spec-decode series: not one "
+                             "vLLM server's scrape")
+        seen[key] = (number, count)
+        served = labels.get("model_name")
+        if served is not None:
+            models.add(served)
+            if model is not None and served != model:
                 continue
-            served = sample.labels.get("model_name")
-            if served is not None:
-                models.add(served)
-                if model is not None and served != model:
-                    continue
-            label = f"{VLLM_PREFIX}{counter}"
-            if not math.isfinite(sample.value) or sample.value < 0:
-                raise InputError(f"{where}: {label} is {sample.value}")
-            if counter == "num_accepted_tokens_per_pos":
-                position = sample.labels.get("position")
-                if position is None or not position.isdigit():
-                    raise InputError(f"{where}: {label} without a numeric position label")
-                per_pos[int(position)] = per_pos.get(int(position), 0.0) + sample.value
-            else:
-                values[counter] = values.get(counter, 0.0) + sample.value
+        if counter == "num_accepted_tokens_per_pos":
+            position = labels.get("position")
+            if position is None or not position.isdigit():
+                raise InputError(f"{where}: line {number}: {label} without a numeric position "
+                                 "label")
+            if len(position) > 6 or int(position) >= MAX_POSITIONS:
+                raise InputError(f"{where}: line {number}: {series}: position past the "
+                                 f"{MAX_POSITIONS} a draft of any engine has")
+            per_pos[int(position)] = per_pos.get(int(position), 0) + count
+        else:
+            values[counter] = values.get(counter, 0) + count
+    if repeats:
+        series, first, again = repeats[0]
+        warn(f"{where}: {len(repeats)} series repeated with the same value (first {series}, "
+             f"lines {first} and {again}) counted once")
     if model is None and len(models) > 1:
         raise InputError(f"{where}: counters of several models ({', '.join(sorted(models))}); "
                          "pick one with --target")
@@ -252,22 +362,22 @@ def parse_vllm_metrics(text: str, where: str, model: str | None = None) -> Chain
                            ("num_accepted_tokens_per_pos", bool(per_pos))):
         if not found:
             raise InputError(f"{where}: counter {VLLM_PREFIX}{counter} is missing")
-    missing = sorted(set(range(max(per_pos) + 1)) - set(per_pos))
-    if missing:
+    if len(per_pos) <= max(per_pos):
+        missing = next(i for i in range(max(per_pos) + 1) if i not in per_pos)
         raise InputError(f"{where}: {VLLM_PREFIX}num_accepted_tokens_per_pos has no position "
-                         f"{missing[0]} (positions run 0..{max(per_pos)})")
+                         f"{missing} (positions run 0..{max(per_pos)})")
     return ChainCounts(
-        int(values["num_drafts"]), tuple(int(per_pos[i]) for i in range(len(per_pos))),
-        *(None if values.get(k) is None else int(values[k])
-          for k in ("num_draft_tokens", "num_accepted_tokens")),
+        values["num_drafts"], tuple(per_pos[i] for i in range(len(per_pos))),
+        *(values.get(k) for k in ("num_draft_tokens", "num_accepted_tokens")),
         where=where, names=VLLM_NAMES)
 
 
 def _count(value: object, where: str) -> int:
-    """A non-negative whole count, else an `InputError` naming it."""
+    """A whole count in 0..`MAX_COUNT`, else an `InputError` naming it."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
-            value) or value < 0 or value != int(value):
-        raise InputError(f"{where}: expected a whole count ≥ 0, got {value!r}")
+            value) or value < 0 or value != int(value) or value > MAX_COUNT:
+        raise InputError(f"{where}: expected a whole count from 0 to {MAX_COUNT:.0e}, got "
+                         f"{value!r}")
     return int(value)
 
 
@@ -290,35 +400,69 @@ def import_file(path: Path, origin: str, model: str | None = None,
                 lower: AcceptanceModel | None = None, setting: TopK | None = None
                 ) -> dict[str, Any]:
     """`trace import`: the acceptance document of an engine's file of format `origin`
-    (`setting`: the SGLang run's steps, top-k and draft tokens, for `sglang-log`)."""
+    (`setting`: the SGLang run's steps, top-k and draft tokens, for `sglang-log`). Metrics and
+    logs are read a line at a time (bounded memory), refused before reading when reading them
+    would pass the time limit (`limits.check_read`); a counts JSON past `MAX_JSON_BYTES` is
+    refused unread."""
     if origin == "json":
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = 0  # read_json says what is wrong
+        if size > MAX_JSON_BYTES:
+            raise InputError(f"{path}: {size:,} bytes, over the {MAX_JSON_BYTES:,} a counts "
+                             "JSON of a few numbers needs")
         counts = parse_counts_json(read_json(path, "counts file"), str(path))
     elif origin == "vllm-metrics":
-        counts = parse_vllm_metrics(read_text(path, "metrics file"), str(path), model)
+        check_read(path, "--from vllm-metrics", READ_BYTES_PER_S)
+        counts = parse_vllm_metrics(text_lines(path, "metrics file"), str(path), model)
     elif origin == "sglang-log":
         if setting is None:
             raise InputError("--from sglang-log needs --steps, --topk and --draft-tokens (the "
                              "run's --speculative-num-steps, -eagle-topk, -num-draft-tokens)")
-        return accept_length(parse_sglang_log(read_text(path, "log file"), str(path)),
+        check_read(path, "--from sglang-log", READ_BYTES_PER_S)
+        return accept_length(parse_sglang_log(text_lines(path, "log file"), str(path)),
                              setting, lower) | {"file": str(path)}
     else:
         raise InputError(f"--from {origin}: not one of vllm-metrics, sglang-log, json")
     return imported(counts, origin, lower) | {"file": str(path)}
 
 
-SGLANG_LINE = re.compile(r"Decode batch.*?#running-req: (\d+).*?accept len: ([0-9.]+)")
+SGLANG_RUNNING = re.compile(r"#running-req:[ \t]*([^\s,]*)")
+SGLANG_ACCEPT = re.compile(r"accept len:[ \t]*([^\s,]*)")
+SGLANG_NUMBER = re.compile(r"[0-9]{1,20}(?:\.[0-9]{1,20})?")
 SGLANG_INTERVAL = 40
 """Decode iterations between two of SGLang's decode log lines (`decode_log_interval`'s
 default): a line's `accept len` averages #running-req × this many request-steps."""
 
 
-def parse_sglang_log(text: str, where: str) -> list[tuple[int, float]]:
-    """(running requests, accept len) of every SGLang decode log line."""
-    found = [(int(m.group(1)), float(m.group(2))) for m in SGLANG_LINE.finditer(text)]
-    if not found:
+def parse_sglang_log(lines: str | Iterable[tuple[int, str, bool]], where: str) -> np.ndarray:
+    """(running requests, accept len) of every SGLang decode log line (a line with `Decode
+    batch` and `accept len`), as an (N, 2) array, read in one pass (the log given whole or as
+    `text_lines` gives it); a malformed number is an `InputError` naming its line."""
+    if isinstance(lines, str):
+        lines = ((i, line, True) for i, line in enumerate(lines.splitlines(), 1))
+    running, lengths = array("d"), array("d")
+    for number, line, _ in lines:
+        if "Decode batch" not in line or "accept len" not in line:
+            continue
+        r, m = SGLANG_RUNNING.search(line), SGLANG_ACCEPT.search(line)
+        if r is None:
+            raise InputError(f"{where}: line {number}: a decode line with accept len but no "
+                             "#running-req")
+        if not r.group(1).isdigit() or len(r.group(1)) > 15:
+            raise InputError(f"{where}: line {number}: #running-req {r.group(1)[:40]!r} is not "
+                             f"a whole number of requests below {MAX_COUNT:.0e}")
+        if m is None or not SGLANG_NUMBER.fullmatch(m.group(1)):
+            token = "" if m is None else m.group(1)
+            raise InputError(f"{where}: line {number}: accept len {token[:40]!r} is not a "
+                             "number")
+        running.append(float(r.group(1)))
+        lengths.append(float(m.group(1)))
+    if not lengths:
         raise InputError(f"{where}: no 'Decode batch, #running-req: R, … accept len: X' line "
                          "(SGLang's decode log)")
-    return found
+    return np.column_stack([np.frombuffer(running), np.frombuffer(lengths)])
 
 
 def accept_length(lines: Sequence[tuple[int, float]], setting: TopK,
@@ -330,8 +474,8 @@ def accept_length(lines: Sequence[tuple[int, float]], setting: TopK,
     of top-k > 1 needs them). Interval: m ± z·sd/√steps mapped through the same solution, sd
     exact for a chain (accepted drafts are a truncated geometric), else the largest a count in
     0..S with mean m − 1 can have."""
-    steps_in = np.array([r * SGLANG_INTERVAL for r, _ in lines], dtype=np.float64)
-    lengths = np.array([m for _, m in lines])
+    rows = np.asarray(lines, dtype=np.float64).reshape(-1, 2)
+    steps_in, lengths = rows[:, 0] * SGLANG_INTERVAL, rows[:, 1]
     if (lengths < 1).any() or (lengths > setting.steps + 1).any():
         raise InputError(f"accept len must lie in 1..{setting.steps + 1} (S + 1) for "
                          f"--steps {setting.steps}, got {lengths.min():g}..{lengths.max():g}")
@@ -376,7 +520,7 @@ def accept_length(lines: Sequence[tuple[int, float]], setting: TopK,
         "source": DEFAULT_SOURCE if lower is None else lower.source,
         "acceptance": p.tolist(), "low": low.tolist(), "high": high.tolist(),
         "confidence": confidence,
-        "counts": {"lines": len(lines), "request_steps": int(n), "mean_accept_length": mean,
+        "counts": {"lines": len(rows), "request_steps": int(n), "mean_accept_length": mean,
                    "steps": setting.steps, "topk": setting.topk,
                    "draft_tokens": setting.tokens},
         "mean_accepted_length": mean,

@@ -4,7 +4,10 @@
 Arrivals and output lengths are drawn exactly as `simulate` draws them for the same seed and a
 fixed prompt length (`build_groups` of a `WorkloadSpec`: Poisson or Gamma gaps, or an arrival
 file; `LengthDist` outputs); prompts are the prompt set's, request i taking prompt i mod its
-size, so prompt lengths are the prompts' own. The requests are replayed in wall-clock time in
+size, so prompt lengths are the prompts' own. Before any model runs, a run whose last arrival
+comes past the time limit is refused (`limits.check_time`: the run waits that long at least),
+and prompts whose output runs past the target's trained context are warned of
+(`Session.check_context`, as every runner does). The requests are replayed in wall-clock time in
 this process by `serving.Server` over the batched target (`batch_target`: one forward for all
 rows of a Transformer, a `PerRowModel` otherwise) and per-row drafters (the `draft` drafter's
 rows share one batched draft model, each level one forward for all rows: `BatchedDraft`;
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import torch
 
@@ -37,6 +41,7 @@ from specscope.executor.targets import Model
 from specscope.executor.threads import use_threads
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.profile import check_device_kind
+from specscope.limits import check_time
 from specscope.models import get_model
 from specscope.names import DEFAULT_BUDGET, DEFAULT_OUTPUT_LEN, SERVED_MAX_BATCH
 from specscope.serving.planners import in_turn, make_planner
@@ -45,7 +50,7 @@ from specscope.simulator.entities import Group
 from specscope.simulator.metrics import request_table, summarise, time_series
 from specscope.simulator.pricing import BatchPricer
 from specscope.simulator.scheduler import Limits
-from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
+from specscope.simulator.workload import LengthDist, WorkloadSpec, arrival_times, build_groups
 from specscope.trace import AcceptanceModel, Trace
 from specscope.tree import Tree
 
@@ -98,11 +103,23 @@ def workload_groups(req: ServeBenchRequest, prompts: Sequence[Sequence[int]]) ->
     if req.chunked_prefill is None and any(len(p) > req.token_budget for p in prompts):
         raise InputError(f"--token-budget {req.token_budget} is below a prompt of "
                          f"{max(map(len, prompts))} tokens; raise it or use --chunked-prefill")
+    return prompted_groups(workload_spec(req), req.seed, prompts)
+
+
+def workload_spec(req: ServeBenchRequest) -> WorkloadSpec:
+    """The workload of `req`, checked: its options, and its wait, refused when the last
+    arrival comes past the time limit (the run waits for it in wall-clock time)."""
     spec = WorkloadSpec(requests=req.requests, rate=req.rate, prompt=LengthDist("fixed", 1.0),
                         output=LengthDist.parse(req.output_len, "--output-len"),
                         arrivals=req.arrivals, cv=req.cv, arrival_file=req.arrival_file)
     spec.check()
-    return prompted_groups(spec, req.seed, prompts)
+    last = float(arrival_times(spec, np.random.default_rng([req.seed, 0]))[-1])  # build_groups'
+    what = (f"--arrival-file {req.arrival_file}" if req.arrival_file is not None
+            else f"--rate {req.rate:g} with --requests {req.requests}")
+    wait = f"{last:,.0f} s" if last < 1e7 else f"{last:.1e} s"
+    check_time(last, f"{what} (its last arrival comes {wait} after the start, waited in "
+                     "wall-clock time)", "serving")
+    return spec
 
 
 def prompted_groups(spec: WorkloadSpec, seed: int, prompts: Sequence[Sequence[int]]
@@ -122,6 +139,7 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
         raise InputError(f"--budget must be ≥ 1 (tree size counts the root), got {req.budget}")
     if req.acceptance is not None and req.trace is not None:
         raise InputError("give one of --trace and --acceptance")
+    workload_spec(req)  # a bad or endless workload is refused before any model loads
     session = session or load_session(req.model, draft_model_for([req.drafter], req.draft_model),
                                       req.runtime)
     prompts = session.prompts(req.prompts)
@@ -145,6 +163,9 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
     if req.policy == "none":  # plain decoding starts no drafter, as `simulate` prices it
         shared, drafters = None, [Drafter() for _ in drafters]
     groups = workload_groups(req, prompts)
+    session.check_context([prompts[g.id % len(prompts)] for g in groups],
+                          [g.output_tokens for g in groups], f"--prompts {req.prompts}",
+                          req.output_len)
     threads = use_threads(req.threads, session.target, session.draft)
     if shared is not None:
         shared.model.prepare(max_tree)

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from specscope.errors import InputError
+from specscope.files import text_lines
 from specscope.simulator.entities import Group, Request
 
 ARRIVALS = ("poisson", "gamma")
@@ -134,23 +135,20 @@ def arrival_times(spec: WorkloadSpec, rng: np.random.Generator) -> np.ndarray:
 
 
 def read_arrivals(path: Path, n: int) -> np.ndarray:
-    """The first `n` arrival times of a file of one number of seconds per line."""
-    try:
-        lines = Path(path).read_text().split("\n")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read arrival times ({exc.strerror})") from None
-    times = []
-    for i, line in enumerate(lines, start=1):
+    """The first `n` arrival times of a file of one number of seconds per line, read a line at
+    a time up to the n-th time (the rest of the file is never read)."""
+    times: list[float] = []
+    for i, line, _ in text_lines(Path(path), "arrival file"):
         if not line.strip():
             continue
         try:
             t = float(line.split(",")[0])
         except ValueError:
-            raise InputError(f"{path}: line {i}: not a number of seconds: {line.strip()!r}"
-                             ) from None
+            raise InputError(f"{path}: line {i}: not a number of seconds: "
+                             f"{line.strip()[:60]!r}") from None
         if not np.isfinite(t) or t < 0 or (times and t < times[-1]):
             raise InputError(f"{path}: line {i}: arrival times must be finite, ≥ 0 and "
-                             f"non-decreasing, got {line.strip()!r}")
+                             f"non-decreasing, got {line.strip()[:60]!r}")
         times.append(t)
         if len(times) == n:
             return np.array(times)
