@@ -362,7 +362,7 @@ def test_user_profiles_are_found_by_name_before_shipped_ones(tmp_path, monkeypat
     (lambda t: t.replace("[runtime.eager]", "[runtime.lazy]"), "unknown runtime"),
     (lambda t: t.replace("blend = ", "blend = 99 #", 1), "blend"),
     (lambda t: t.replace("gemv_memory_eff = ", "gemv_memory_eff = 1.5 #", 1), "gemv_memory_eff"),
-    (lambda t: t.replace("layer_us = ", "layer_usx = ", 1), "missing"),
+    (lambda t: t.replace("layer_us = ", "layer_usx = ", 1), "unknown key .*layer_usx"),
     (lambda t: t.replace('kind = "gpu"', 'kind = "fpga"'), "kind"),
 ])
 def test_bad_runtime_sections_name_the_file_and_field(tmp_path, edit, message):

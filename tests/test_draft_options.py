@@ -59,7 +59,7 @@ def test_draft_tp_shards_the_draft() -> None:
     spec = get_model("llama-3.2-1b")
     one, two = (CostModel(hw, spec, tp=tp).forward_time(16, 4, 4096) for tp in (1, 2))
     assert two != one  # half the weights per device, plus the all-reduces
-    stated = dict(target="llama-3.1-8b", drafter="llama-3.2-1b", batch=16)
+    stated = dict(target="llama-3.1-8b", drafter="llama-3.2-1b", batch=16, tp=2)
 
     def best(**draft: int) -> float:
         setup = deployment("h100", **stated, **draft)
@@ -102,7 +102,9 @@ def test_stages_hold_what_one_device_cannot(cli) -> None:
 @pytest.mark.parametrize(("args", "word"), [
     (("--source", "ngram", "--draft-window", 512), "--draft-window prices a draft model"),
     (("--stages", 1000), "--stages 1000: must lie in 1..32"),
-    (("--draft-tp", 5), "tp=5"),
+    (("--tp", 8, "--draft-tp", 5), "tp=5"),
+    (("--draft-tp", 2), "--draft-tp 2: the deployment has 1 device"),
+    (("--draft-vocab", 1), "--draft-vocab 1: a reduced draft vocabulary lies in"),
 ])
 def test_bad_draft_options_exit_2(cli, tmp_path, args: tuple, word: str) -> None:
     trace = tmp_path / "x.parquet"

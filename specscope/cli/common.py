@@ -186,14 +186,41 @@ def _emit(payload: dict | list, as_json: bool, output: Path | None = None,
     """Put out a command's report document, the one rule of every command with `--json` and
     `-o`: `-o FILE` writes the document there and prints one line saying what was written
     where (`summary`), never the document; `--json` without `-o` prints it on stdout. True
-    when done, False when the caller prints its tables (neither option)."""
-    text = json.dumps(payload, indent=2)
+    when done, False when the caller prints its tables (neither option). The document is
+    strict JSON: a non-finite number (NaN, ±inf) is an `InputError` naming its field, before
+    anything is written."""
+    text = strict_json(payload)
     if output is not None:
         write_text_atomic(output, text + "\n")
         _wrote(output, summary, False)
     elif as_json:
         sys.stdout.write(text + "\n")
     return output is not None or as_json
+
+
+def strict_json(payload: Any, indent: int | None = 2) -> str:
+    """`payload` as JSON without NaN or Infinity (which are not JSON): a non-finite number is
+    an `InputError` naming where it lies ("results[2].speedup")."""
+    try:
+        return json.dumps(payload, indent=indent, allow_nan=False)
+    except ValueError:
+        where = _non_finite(payload, "") or "document"
+        raise InputError(f"the output's {where} is not a finite number; nothing was written "
+                         "(an input made it so: check the values the command was given)") from None
+
+
+def _non_finite(value: Any, where: str) -> str | None:
+    """The path of the first non-finite float in `value` (None: none)."""
+    if isinstance(value, float):
+        return where if value != value or value in (float("inf"), float("-inf")) else None
+    items = (value.items() if isinstance(value, dict)
+             else enumerate(value) if isinstance(value, list | tuple) else ())
+    for key, item in items:
+        found = _non_finite(item, f"{where}[{key}]" if isinstance(key, int)
+                            else f"{where}.{key}" if where else str(key))
+        if found:
+            return found
+    return None
 
 
 def _wrote(path: Path, summary: str, as_json: bool) -> None:

@@ -22,6 +22,15 @@ from specscope.models.spec import ModelSpec
 
 TREE_ATTENTION_DEFAULT = "split"
 """Tree attention when neither the command nor an engine states one."""
+MIN_DRAFT_VOCAB = 1024
+"""The smallest reduced draft vocabulary (`--draft-vocab`) priced. A reduced vocabulary only
+makes the draft's LM head cheaper; the acceptance a command is given was measured with the
+vocabulary the draft really had, so the reduction is honest only where it keeps nearly every
+token the target writes (EAGLE-3's reduced vocabularies keep 32,000 of 128,256). A vocabulary
+must also hold every token a step drafts (a node's candidates are distinct tokens). Below a
+thousand tokens neither holds for any real tokenizer (a byte-level BPE's alphabet alone is 256
+tokens), so the floor is 1,024, or the draft's own vocabulary where that is smaller; a
+vocabulary above the draft's own is not a reduction of it and is refused too."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,12 @@ class Deployment:
             return None
         if self.draft_vocab is None or self.draft_vocab == spec.vocab_size:
             return spec
+        least = min(MIN_DRAFT_VOCAB, spec.vocab_size)
+        if not least <= self.draft_vocab <= spec.vocab_size:
+            raise InputError(f"--draft-vocab {self.draft_vocab}: a reduced draft vocabulary "
+                             f"lies in {least:,}..{spec.vocab_size:,} ({spec.name}'s own is "
+                             f"{spec.vocab_size:,} tokens; below {least:,} no acceptance "
+                             "measured on a real vocabulary carries)")
         return dataclasses.replace(spec, name=f"{spec.name}/vocab-{self.draft_vocab}",
                                    vocab_size=self.draft_vocab)
 
@@ -110,7 +125,10 @@ def deployment(hw: str, *, target: str | ModelSpec | None = None, drafter: str |
     - a draft model runs on `draft_tp` devices, else the target's under an engine that shards it
       so (vLLM, SGLang, gpt-fast: `Engine.draft_at_target_tp`), else one.
 
-    A count below 1 or an offloaded fraction outside [0, 1] is an `InputError` naming its option.
+    A count below 1, an offloaded fraction outside [0, 1] or a draft sharded over more devices
+    than the deployment has (`draft_tp` > tp × stages) is an `InputError` naming its option; a
+    draft vocabulary outside `MIN_DRAFT_VOCAB`..the draft's own is refused where the draft is
+    priced (`Deployment.draft_spec`).
     """
     for option, value in (("--batch", batch), ("--tp", tp), ("--stages", stages),
                           ("--draft-window", draft_window), ("--draft-tp", draft_tp),
@@ -119,6 +137,10 @@ def deployment(hw: str, *, target: str | ModelSpec | None = None, drafter: str |
             raise InputError(f"{option} must be ≥ 1, got {value}")
     if not 0 <= offload <= 1:
         raise InputError(f"--offload must be within [0, 1], got {offload}")
+    if draft_tp is not None and draft_tp > tp * stages:
+        raise InputError(f"--draft-tp {draft_tp}: the deployment has {tp * stages} device"
+                         f"{'s' if tp * stages > 1 else ''} (--tp {tp} × --stages {stages}); "
+                         "a draft is sharded over at most those")
     if engine is None and baseline_engine is not None:
         engine = DEFAULT_ENGINE
     read = None if engine is None else load_engine(engine)

@@ -23,6 +23,7 @@ command prices when no engine is named.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
@@ -46,6 +47,20 @@ DEFAULT_ENGINE = "specscope"
 _LOOP_SETTINGS = ("measured_on", "from_profile", "uncarried", "reference_layer_us",
                   "batched_step")
 _SCHEDULER_KEYS = ("max_batch", "max_batch_speculative")
+_TOP_KEYS = ("name", "description", "target_runtime", "draft_runtime", "tree_attention",
+             "baseline", "draft_cache", "draft_at_target_tp", "host_layer_ratio",
+             "device_layer_ratio", "prompt_logits", "loop", "scheduler", "sources")
+"""Every top-level key and table of an engine file; any other is refused (a typo such as
+`device_layer_ration` or `[schedulr]` would otherwise be dropped without a word)."""
+HOST_US_MAX = 1e6
+"""The most microseconds an engine's host term (`[loop] *_us`, `reference_layer_us`) may state:
+one second of host work per step, level, node or token is no engine's (the slowest shipped
+terms are Hugging Face's eager loop's hundreds of µs), so a larger value is a unit slip."""
+RATIO_MAX = 100.0
+"""The largest `host_layer_ratio` / `device_layer_ratio`: an engine's layer costing a hundred
+times specscope's own is no engine's (the shipped ratios lie in 0.5..2)."""
+MAX_BATCH_MAX = 1_000_000
+"""The largest `[scheduler]` batch an engine may state (vLLM's largest default is 1,024)."""
 
 
 @dataclass(frozen=True)
@@ -169,10 +184,20 @@ def load_engine(name: str) -> Engine:
 
 
 def _parse(data: dict[str, Any], path: Path) -> Engine:
+    """An engine file's `data` checked (docs/hardware.md#engines): known keys only, every
+    number finite and within its bound (`HOST_US_MAX`, `RATIO_MAX`, `MAX_BATCH_MAX`), every
+    stated value sourced; any fault is one `InputError` naming the file and the key."""
     where = str(path)
+    unknown = [key for key in data if key not in _TOP_KEYS]
+    if unknown:
+        what = "table" if isinstance(data[unknown[0]], dict) else "key"
+        raise InputError(f"{where}: unknown {what} {unknown[0]!r}; known: {', '.join(_TOP_KEYS)}")
     for key in ("name", "description", "tree_attention", "baseline"):
         if not isinstance(data.get(key), str):
             raise InputError(f"{where}: {key} must be a string")
+    for key in ("name", "baseline"):
+        if not data[key].strip():
+            raise InputError(f"{where}: {key} must not be empty")
     runtimes = {}
     for key in ("target_runtime", "draft_runtime"):
         value = data.get(key)
@@ -184,7 +209,10 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
     table = data.get("loop", {})
     if not isinstance(table, dict):
         raise InputError(f"{where}: [loop] must be a table")
-    measured_on = str(table.get("measured_on", ""))
+    measured_on = table.get("measured_on", "")
+    if not isinstance(measured_on, str):
+        raise InputError(f"{where}: [loop] measured_on must be a profile's name, got "
+                         f"{measured_on!r}")
     from_profile = _terms(table.get("from_profile", False), "from_profile", where)
     uncarried = _terms(table.get("uncarried", []), "uncarried", where)
     if not set(uncarried) <= set(from_profile) or "drafter" in uncarried:
@@ -200,38 +228,47 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
         if name is None and drafter is None:
             raise InputError(f"{where}: [loop] unknown key {key!r}; known: "
                              f"{', '.join([*LOOP_KEYS, *_LOOP_SETTINGS])}")
-        seconds = _number(value, f"[loop] {key}", where) * 1e-6
+        seconds = _number(value, f"[loop] {key}", where, HOST_US_MAX, "µs") * 1e-6
         if drafter:
             drafters[drafter] = seconds
         else:
             values[name] = seconds
-    reference = _number(table.get("reference_layer_us", 0.0), "[loop] reference_layer_us", where)
+    reference = _number(table.get("reference_layer_us", 0.0), "[loop] reference_layer_us", where,
+                        HOST_US_MAX, "µs")
     batched_step, draft_cache = table.get("batched_step", False), data.get("draft_cache", False)
     sharded = data.get("draft_at_target_tp", False)
     for key, value in (("[loop] batched_step", batched_step), ("draft_cache", draft_cache),
                        ("draft_at_target_tp", sharded)):
         if not isinstance(value, bool):
             raise InputError(f"{where}: {key} must be true or false")
-    ratio = _number(data.get("host_layer_ratio", 1.0), "host_layer_ratio", where)
-    if ratio <= 0:
-        raise InputError(f"{where}: host_layer_ratio must be positive")
+    ratio = _number(data.get("host_layer_ratio", 1.0), "host_layer_ratio", where, RATIO_MAX,
+                    positive=True)
     prompt_logits = data.get("prompt_logits", "all")
     if prompt_logits not in PROMPT_LOGITS:
         raise InputError(f"{where}: prompt_logits must be one of {', '.join(PROMPT_LOGITS)}")
-    device = _number(data.get("device_layer_ratio", 1.0), "device_layer_ratio", where)
-    if device <= 0:
-        raise InputError(f"{where}: device_layer_ratio must be positive")
+    device = _number(data.get("device_layer_ratio", 1.0), "device_layer_ratio", where, RATIO_MAX,
+                     positive=True)
     scheduler = data.get("scheduler", {})
     if not isinstance(scheduler, dict) or set(scheduler) - set(_SCHEDULER_KEYS):
         raise InputError(f"{where}: [scheduler] takes {' and '.join(_SCHEDULER_KEYS)} only")
     limits = {key: scheduler.get(key) for key in _SCHEDULER_KEYS}
     for key, value in limits.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise InputError(f"{where}: [scheduler] {key} must be a whole number ≥ 1")
+                                  or not 1 <= value <= MAX_BATCH_MAX):
+            raise InputError(f"{where}: [scheduler] {key} must be a whole number in "
+                             f"1..{MAX_BATCH_MAX:,}, got {value!r}")
     sources = data.get("sources", {})
     if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
         raise InputError(f"{where}: [sources] must map keys to strings")
+    blank = [key for key, text in sources.items() if not text.strip()]
+    if blank:
+        raise InputError(f"{where}: [sources] {blank[0]} is empty (a source, or \"assumed: …\")")
+    sourced = {*_TOP_KEYS, *_LOOP_SETTINGS, *_SCHEDULER_KEYS, *LOOP_KEYS,
+               *(f"{d}_us" for d in HOST_DRAFTERS)} - {"sources", "scheduler"}
+    strays = [key for key in sources if key not in sourced]
+    if strays:
+        raise InputError(f"{where}: [sources] {strays[0]!r} names no key of an engine file "
+                         f"(known: {', '.join(sorted(sourced))})")
     needed = [k for k in table if k not in _LOOP_SETTINGS]
     needed += ["loop"] if from_profile else []
     needed += ["host_layer_ratio"] if ratio != 1.0 else []
@@ -266,8 +303,13 @@ def _terms(value: Any, key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _number(value: Any, key: str, where: str) -> float:
-    """`value` as a float; anything but a number >= 0 is an `InputError` naming `key`."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise InputError(f"{where}: {key} must be a number ≥ 0, got {value!r}")
+def _number(value: Any, key: str, where: str, most: float, unit: str = "",
+            positive: bool = False) -> float:
+    """`value` as a float; anything but a finite number in [0, `most`] (or (0, `most`] when
+    `positive`) is an `InputError` naming `key`."""
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or not 0 <= value <= most or (positive and value == 0)):
+        unit = f" {unit}" if unit else ""
+        span = f"{'(' if positive else '['}0, {most:g}]"
+        raise InputError(f"{where}: {key} must be a number in {span}{unit}, got {value!r}")
     return float(value)

@@ -229,6 +229,50 @@ def _get(table: dict[str, Any], section: str, key: str, where: Path, kind: type 
     return kind(value)
 
 
+_SECTIONS: dict[str, tuple[str, ...]] = {
+    "compute": ("bf16_tflops", "int8_tops", "fp8_tflops"),
+    "memory": ("capacity_gb", "bandwidth_gbs"),
+    "interconnect": ("link_gbs", "max_tp", "allreduce_latency_us", "shard_lm_head",
+                     "host_link_gbs"),
+    "dequant": ("int8_ps_per_weight", "int4_ps_per_weight", "tile_tokens"),
+    "host": ("cpu", "single_thread", "source"),
+    "speculation": (*LOOP_KEYS, *FLAGS),
+    "idle": ("seconds", "extra_ms"),
+}
+"""The keys of each fixed section a profile reads; `[drafters]` (`<drafter>_us`),
+`[runtime.<name>]` (runtime.py) and `[[measured]]` are checked where they are read, and
+`[fit.<runtime>]` and `[provenance]` are profile-hw's record of how it was measured."""
+_TOP = ("name", "kind", "default_runtime", "description", "sources", "runtime", "drafters",
+        "fit", "provenance", "measured", *_SECTIONS)
+"""Every top-level key and table of a profile file."""
+_MEASURED_KEYS = ("model", "batch", "context", "new_tokens", "time_ms", "weight_bits", "tp",
+                  "source", "runtime", "priced")
+
+
+def _known_keys(data: dict[str, Any], path: Path) -> None:
+    """Refuse a key or table a profile does not read (a typo would be dropped without a word),
+    naming the known ones."""
+    unknown = [key for key in data if key not in _TOP]
+    if unknown:
+        raise InputError(f"{path}: unknown key or table {unknown[0]!r}; known: {', '.join(_TOP)}")
+    for section, keys in _SECTIONS.items():
+        table = data.get(section, {})
+        if not isinstance(table, dict):
+            raise InputError(f"{path}: [{section}] must be a table")
+        unknown = [key for key in table if key not in keys]
+        if unknown:
+            raise InputError(f"{path}: [{section}] unknown key {unknown[0]!r}; known: "
+                             f"{', '.join(keys)}")
+    measured = data.get("measured", [])
+    if not isinstance(measured, list) or not all(isinstance(m, dict) for m in measured):
+        raise InputError(f"{path}: [[measured]] must be tables")
+    for i, entry in enumerate(measured):
+        unknown = [key for key in entry if key not in _MEASURED_KEYS]
+        if unknown:
+            raise InputError(f"{path}: [[measured]] #{i + 1} unknown key {unknown[0]!r}; known: "
+                             f"{', '.join(_MEASURED_KEYS)}")
+
+
 def _measured(entry: dict[str, Any], where: Path, i: int) -> MeasuredTable:
     """One `[[measured]]` table, checked: equal lengths, increasing n, positive times."""
     at = f"{where}: [[measured]] #{i + 1}"
@@ -267,6 +311,7 @@ def profile_from_data(data: dict[str, Any], path: Path) -> HardwareProfile:
     def g(section: str, key: str, kind: type = float) -> Any:
         return _get(data, section, key, path, kind)
 
+    _known_keys(data, path)
     kind = g("", "kind", str)
     if kind not in KINDS:
         raise InputError(f"{path}: kind must be one of {', '.join(KINDS)}, got {kind!r}")

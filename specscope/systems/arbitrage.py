@@ -118,4 +118,5 @@ def predict(case: Case) -> Prediction:
 
 SYSTEM = System("arbitrage", "Maheswaran et al. 2025, Arbitrage: Efficient Reasoning via "
                 "Advantage-Aware Speculation (arXiv:2512.05033)", costs, predict, OPTIONS,
-                lossy=True)
+                lossy=True, most_tokens=lambda case: None)
+"""A step yields `step_tokens`; the case's τ is not used, so nothing bounds it."""

@@ -11,6 +11,10 @@ A mechanism answers two questions about a `Case`:
   `reproduce`.
 - `prefill_s(case)`: the batch's prompt forwards, which `reproduce` adds to a case whose source
   timed whole requests (`timed_prefill`).
+- `most_tokens(case)`: the most tokens one step can yield and what bounds it, which `reproduce`
+  holds the case's τ (and an anchor's solved τ) to. By default the case's tree
+  (`case.tree_tokens`: d drafted levels + the bonus); systems whose step is not the case's tree
+  state their own (a model-free chain's length, none where τ is not the case's).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from specscope.hw_profiles import CostModel
-from specscope.systems.case import Case
+from specscope.systems.case import Case, tree_tokens
 from specscope.systems.step import Prediction, pricing
 
 
@@ -44,7 +48,7 @@ class SystemCosts:
 class System:
     """A mechanism: its case key, its paper, the case keys of its own (name → TOML type), its
     deployment (`costs`) and its price of a case (`predict`). `lossy` systems accept beyond
-    the target's distribution."""
+    the target's distribution; `most_tokens` bounds τ (module docstring)."""
 
     name: str
     paper: str
@@ -53,6 +57,7 @@ class System:
     options: Mapping[str, type | tuple[type, ...]]
     lossy: bool = False
     prompts: Callable[[Case], tuple[float, float]] | None = None
+    most_tokens: Callable[[Case], tuple[float, str] | None] = tree_tokens
 
     def prefill_s(self, case: Case) -> tuple[float, float]:
         """Seconds of the batch's prompt forwards: (autoregressive, speculative). The

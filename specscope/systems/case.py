@@ -37,12 +37,19 @@ apply: a tree is tokens per drafted level, `"4,16,16,16,16"`, root not counted):
                                     source timed generation)
     any key of the system's own `OPTIONS` (window, exit_fraction, …)
 
+An engine named by path (`engine = "my-engine.toml"`, likewise `baseline_engine`) is read from
+the case file's folder when relative, as a TOML file's other relative paths are.
+
 Every mistake is an `InputError` that names the file and the case: an unknown system, key, model
-or hardware profile, a value of the wrong type, τ below 1 where the bonus is counted.
+or hardware profile, a value of the wrong type, a number that is not finite (nan, inf), τ below 1
+where the bonus is counted, and τ (or the τ an anchor needs) above what a step can yield: a tree
+of d drafted levels accepts at most d tokens a step and adds the bonus, so τ ≤ d + 1
+(`tree_tokens`; each system states its own bound, `System.most_tokens`).
 """
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -164,6 +171,10 @@ def case_from_table(table: Mapping[str, Any], where: str, options: Mapping[str, 
             raise InputError(f"{label}: unknown key {key!r} for system {table['system']!r}; "
                              f"known: {', '.join(known)}")
         _check_type(key, value, expected, label)
+        if key in _TYPES and isinstance(value, str) and key not in ("source", "tree") \
+                and not value.strip():
+            raise InputError(f"{label}: {key} = \"\" names nothing; leave the key out for "
+                             "the default")
         (shared if key in _TYPES else own)[key] = value
     if "published_speedup" not in shared and "published_tokens_per_s" not in shared:
         raise InputError(f"{label}: give published_speedup or published_tokens_per_s")
@@ -172,6 +183,9 @@ def case_from_table(table: Mapping[str, Any], where: str, options: Mapping[str, 
                          "not both")
     if "tree" in shared:
         shared["tree"] = parse_tree(shared["tree"], label)
+    for key in ("engine", "baseline_engine"):
+        if key in shared:
+            shared[key] = engine_path(shared[key], where, label, key)
     for key in ("tau", "baseline_tau", "published_speedup", "published_tokens_per_s", "offload",
                 "anchor_speedup"):
         if key in shared:
@@ -179,6 +193,44 @@ def case_from_table(table: Mapping[str, Any], where: str, options: Mapping[str, 
     case = Case(where=where, options=own, **shared)
     _check(case)
     return case
+
+
+def engine_path(name: str, where: str, label: str, key: str) -> str:
+    """An engine as a case names it: a shipped name as it is; a TOML path relative to the case
+    file's folder (`where`), which must exist."""
+    if not name.endswith(".toml"):
+        return name
+    path = Path(name).expanduser()
+    if not path.is_absolute():
+        path = Path(where).parent / path
+    if not path.is_file():
+        raise InputError(f"{label}: {key} = {name!r}: no engine file {str(path)!r} (a relative "
+                         "path is read from the case file's folder)")
+    return str(path)
+
+
+def tree_tokens(case: Case) -> tuple[float, str] | None:
+    """The most tokens a step of the case's tree yields and what says so: every drafted level
+    accepted and the bonus token, `len(tree) + 1` (None without a tree). This is the bound of
+    every system whose `tree` is the verified tree's tokens per drafted level."""
+    if not case.tree:
+        return None
+    depth = len(case.tree)
+    return depth + 1.0, (f"tree {','.join(map(str, case.tree))}: {depth} drafted "
+                         f"level{'s' if depth > 1 else ''} + the bonus token")
+
+
+def check_tokens(case: Case, tokens: float, most: tuple[float, str] | None,
+                 what: str = "") -> None:
+    """Refuse `tokens` a step (bonus counted) above `most` (`tree_tokens`' form); `what` names
+    the value (default: the case's τ, as the case counts it)."""
+    if most is None or tokens <= most[0] + 1e-9:
+        return
+    if not what:
+        what = (f"τ = {case.tau:g} (the bonus counted)" if case.tau_includes_bonus
+                else f"τ = {case.tau:g} (+ the bonus = {tokens:g})")
+    raise case.fail(f"{what} is more than the {most[0]:g} tokens a step can yield "
+                    f"({most[1]})")
 
 
 def parse_options(text: str, options: Mapping[str, type | tuple[type, ...]], system: str,
@@ -216,6 +268,8 @@ def check_options(values: Mapping[str, Any], options: Mapping[str, type | tuple[
 def _check_type(key: str, value: Any, expected: type | tuple[type, ...], label: str) -> None:
     if isinstance(value, bool) != (expected is bool) or not isinstance(value, expected):
         raise InputError(f"{label}: {key} = {value!r} is not a {_type_name(expected)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{label}: {key} = {value!r} is not a finite number")
 
 
 def _type_name(expected: type | tuple[type, ...]) -> str:
@@ -248,6 +302,9 @@ def _check(case: Case) -> None:
         raise case.fail(f"baseline = {case.baseline!r} must be one of {', '.join(BASELINES)}")
     if case.baseline != "autoregressive" and case.baseline_tau is None:
         raise case.fail(f"baseline {case.baseline!r} needs baseline_tau")
+    if case.baseline_tau is not None and (case.baseline_tau + (0.0 if case.tau_includes_bonus
+                                                                else 1.0)) < 1.0:
+        raise case.fail(f"baseline_tau = {case.baseline_tau:g} is below 1 token a step")
     if case.anchor_speedup is not None:
         if case.batch == 1 or case.baseline != "autoregressive":
             raise case.fail("anchor_speedup anchors a batch > 1 case over autoregressive "

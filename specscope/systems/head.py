@@ -25,6 +25,7 @@ import dataclasses
 from typing import Any
 
 from specscope.hw_profiles import CostModel
+from specscope.hw_profiles.deployment import MIN_DRAFT_VOCAB
 from specscope.models.ops import OpCost, linear_op
 from specscope.models.spec import ModelSpec
 from specscope.systems.base import System, SystemCosts
@@ -55,8 +56,10 @@ def head_model(case: Case, target: ModelSpec) -> HeadCost:
     """The head of `target` on the case's hardware and runtime, at the case's tp and with the
     case's `vocab` (default: the target's)."""
     vocab = case.options.get("vocab")
-    if vocab is not None and not 0 < vocab <= target.vocab_size:
-        raise case.fail(f"vocab = {vocab} must lie in 1..{target.vocab_size} (the target's)")
+    least = min(MIN_DRAFT_VOCAB, target.vocab_size)
+    if vocab is not None and not least <= vocab <= target.vocab_size:
+        raise case.fail(f"vocab = {vocab} must lie in {least}..{target.vocab_size} (the "
+                        "target's; hw_profiles.deployment.MIN_DRAFT_VOCAB)")
     return cost_model(case, head_spec(target, vocab), cls=HeadCost, tp=case.tp)
 
 

@@ -27,7 +27,7 @@ import dataclasses
 import math
 
 from specscope.systems.base import System, SystemCosts
-from specscope.systems.case import Case
+from specscope.systems.case import Case, check_tokens, tree_tokens
 from specscope.systems.head import head_model
 from specscope.systems.step import (
     Prediction,
@@ -83,6 +83,8 @@ def predict(case: Case) -> Prediction:
     if not case.tree:
         raise case.fail("system hierspec needs a tree (the head's tokens per level)")
     inner_case = _inner_case(case)
+    check_tokens(case, inner_case.tokens_per_step, tree_tokens(case),
+                 f"the inner τ = {inner_case.tau:g} (head + intermediate)")
     inner_target = target_model(inner_case)
     inner_price = pricing(case, inner_target, head_model(case, inner_target.model))
     if _is_target(case):
@@ -96,6 +98,9 @@ def predict(case: Case) -> Prediction:
     chain = inner_steps * inner_case.tokens_per_step
     outer = pricing(case, target_model(case), None)
     n = round(chain) + 1
+    check_tokens(case, case.tokens_per_step, (float(n), f"the chain of {chain:g} tokens "
+                                              f"{inner_steps} inner steps hand the target + "
+                                              "the bonus"))
     parts = {"draft": inner_steps * inner["draft"],
              "intermediate": inner_steps * (inner["verify"] + inner["bookkeeping"]),
              "verify": outer.verify_s(n, n - 1), "bookkeeping": outer.bookkeeping_s}
@@ -110,4 +115,6 @@ def predict(case: Case) -> Prediction:
 
 SYSTEM = System("hierspec", "Zhang et al. 2025, Speculative Decoding Meets Quantization: "
                 "Compatibility Evaluation and Hierarchical Framework Design (arXiv:2505.22179)",
-                costs, predict, OPTIONS)
+                costs, predict, OPTIONS, most_tokens=lambda case: None)
+"""The case's tree is the head's, verified by the intermediate: `predict` holds the inner τ to it
+and the case's τ to the chain the inner steps hand the target (+ the bonus)."""

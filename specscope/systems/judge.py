@@ -112,6 +112,9 @@ def _draft(case: Case) -> CostModel:
     devices = case.options.get("draft_tp", case.deployment.draft_tp)
     if devices < 1:
         raise case.fail(f"draft_tp = {devices} must be at least 1")
+    if devices > (case.gpus or case.tp):
+        raise case.fail(f"draft_tp = {devices}: the case has {case.gpus or case.tp} device(s) "
+                        "(gpus, else tp); a draft is sharded over at most those")
     return cost_model(case, case.draft, tp=devices)
 
 

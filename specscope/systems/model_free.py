@@ -30,7 +30,10 @@ trie may be smaller than num_draft); the drafter's host work is specscope's own 
 call (an n-gram match over the context, a suffix match, a recycling-table walk), not the papers'
 code (lookahead's pool update over W entries, REST's Rust suffix array over a datastore of
 0.5–27 GB, TR's adjacency update from the verified logits' top-k are not priced apart); the
-acceptance is the case's τ.
+acceptance is the case's τ, at most what one step can yield (`System.most_tokens`): the chain
+and the bonus (prompt lookup: num_tokens + 1), the template's levels and the bonus (Token
+Recycling), a guess of N − 1 tokens and the bonus (lookahead: N), the trie's deepest path and the
+bonus (REST: at most num_draft + 1).
 """
 
 from __future__ import annotations
@@ -135,29 +138,49 @@ def predict_rest(case: Case) -> Prediction:
                  draft_s=None if retrieval is None else retrieval * 1e-6)
 
 
+def _most(key: str, default: int, extra: int, words: str
+          ) -> Callable[[Case], tuple[float, str] | None]:
+    """The most tokens a step yields: the system's option `key` (default `default`) + `extra`,
+    described by `words` (formatted with the value)."""
+    def most(case: Case) -> tuple[float, str] | None:
+        value = case.options.get(key, default)
+        return float(value + extra), words.format(value)
+    return most
+
+
+def _template(case: Case) -> tuple[float, str] | None:
+    tree = case.tree or TR_TREE
+    return len(tree) + 1.0, (f"template {','.join(map(str, tree))}: {len(tree)} levels + the "
+                             "bonus token")
+
+
 def _system(name: str, paper: str, source: str, predict: Callable[[Case], Prediction],
-            options: Mapping[str, type | tuple[type, ...]]) -> System:
-    return System(name, paper, _costs(source), predict, options)
+            options: Mapping[str, type | tuple[type, ...]],
+            most: Callable[[Case], tuple[float, str] | None]) -> System:
+    return System(name, paper, _costs(source), predict, options, most_tokens=most)
 
 
 PROMPT_LOOKUP = _system(
     "prompt-lookup", "Saxena 2023, Prompt Lookup Decoding (github.com/apoorvumang/"
     "prompt-lookup-decoding; transformers prompt_lookup_num_tokens)", "ngram",
-    predict_prompt_lookup, {"num_tokens": int})
+    predict_prompt_lookup, {"num_tokens": int},
+    _most("num_tokens", NUM_TOKENS, 1, "a chain of num_tokens = {} copied tokens + the bonus"))
 """num_tokens: the copied chain's length (default `NUM_TOKENS`)."""
 TOKEN_RECYCLING = _system(
     "token-recycling", "Luo et al. 2024, Turning Trash into Treasure: Accelerating Inference of "
     "Large Language Models with Token Recycling (arXiv:2408.08696)", "recycle",
-    predict_token_recycling, {})
+    predict_token_recycling, {}, _template)
 LOOKAHEAD = _system(
     "lookahead", "Fu et al. 2024, Break the Sequential Dependency of LLM Inference Using "
     "Lookahead Decoding (arXiv:2402.02057)", "ngram", predict_lookahead,
-    {"window": int, "ngram": int, "guesses": int})
+    {"window": int, "ngram": int, "guesses": int},
+    _most("ngram", NGRAM, 0, "ngram = {}: a guess of N − 1 tokens + the bonus"))
 """window W, ngram N, guesses G (defaults `WINDOW`, `NGRAM`, `GUESSES`)."""
 REST = _system(
     "rest", "He et al. 2024, REST: Retrieval-Based Speculative Decoding (NAACL 2024, "
     "arXiv:2311.08252)", "suffix", predict_rest,
-    {"num_draft": int, "retrieval_us": (int, float)})
+    {"num_draft": int, "retrieval_us": (int, float)},
+    _most("num_draft", NUM_DRAFT, 1, "a trie of num_draft = {} tokens + the bonus"))
 """num_draft: the trie's most tokens (default `NUM_DRAFT`); retrieval_us: the datastore lookup
 per step where a source states it (default: the profile's suffix drafter call)."""
 

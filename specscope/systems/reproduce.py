@@ -20,7 +20,13 @@ from specscope.errors import InputError
 from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.deployment import engine_sources
 from specscope.hw_profiles.engine import DEFAULT_ENGINE
-from specscope.systems.case import Case, case_from_table, read_case_tables
+from specscope.systems.case import (
+    Case,
+    case_from_table,
+    check_tokens,
+    read_case_tables,
+    tree_tokens,
+)
 from specscope.systems.registry import SYSTEMS
 from specscope.systems.step import Prediction, with_prefill
 
@@ -140,21 +146,37 @@ def timed(case: Case, prefill: tuple[float, float] | None = None) -> Prediction:
 
 def anchored(case: Case) -> Case:
     """The case with τ solved from its batch-1 `anchor_speedup` (a speedup is τ over the step
-    time, times the baseline's time per token), or as it is without one."""
+    time, times the baseline's time per token), or as it is without one. An anchor that needs
+    τ below 1 (slower than this setup's speculation at τ = 1 can be) or above the most tokens a
+    step yields (`System.most_tokens`) is an `InputError`: no τ reproduces it."""
     if case.anchor_speedup is None:
         return case
     one = dataclasses.replace(case, batch=1, tau_includes_bonus=True)
     prefill = SYSTEMS[case.system].prefill_s(one) if case.timed_prefill else None
     for _ in range(ANCHOR_ROUNDS):
         p = timed(one, prefill)
-        one = dataclasses.replace(one, tau=max(1.0, case.anchor_speedup * p.step_s
-                                                / p.baseline_s))
+        needed = case.anchor_speedup * p.step_s / p.baseline_s
+        one = dataclasses.replace(one, tau=max(1.0, needed))
+    if needed < 1.0 - 1e-9:
+        raise case.fail(f"the anchor speedup {case.anchor_speedup:g} needs τ = {needed:.3g}, "
+                        f"less than the 1 token every step yields (at τ = 1 this setup "
+                        f"already predicts {p.speedup:.2f}× at batch 1)")
+    most = SYSTEMS[case.system].most_tokens(case)
+    if most is not None and needed > most[0] + 1e-9:
+        where = "the tree's" if case.tree else "the"
+        raise case.fail(f"the anchor speedup {case.anchor_speedup:g} needs τ = {needed:.3g}, "
+                        f"more than {where} {most[0]:g} tokens a step can give ({most[1]})")
     return dataclasses.replace(case, tau=one.tau, tau_includes_bonus=True)
 
 
 def predict_case(case: Case) -> Prediction:
     """The case's prediction against its baseline; any bad input names the case."""
     try:
+        check_tokens(case, case.tokens_per_step, SYSTEMS[case.system].most_tokens(case))
+        if case.baseline != "autoregressive" and case.baseline_tau is not None:
+            base_tokens = dataclasses.replace(case, tau=case.baseline_tau).tokens_per_step
+            check_tokens(case, base_tokens, tree_tokens(case),
+                         f"baseline_tau = {case.baseline_tau:g}")
         case = anchored(case)
         prediction = timed(case)
         if case.baseline == "autoregressive":

@@ -19,11 +19,12 @@ measured for it); the sub-draft's KV cache holds only its k layers.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
 from specscope.systems.base import System, SystemCosts
-from specscope.systems.case import Case
+from specscope.systems.case import Case, check_tokens, tree_tokens
 from specscope.systems.step import Prediction, cost_model, pricing, speculative, target_model
 
 OPTIONS: dict[str, type | tuple[type, ...]] = {"sub_layers": str, "sub_tau": str}
@@ -57,8 +58,12 @@ def sub_drafts(case: Case) -> list[tuple[int, float]]:
         if not 1 <= k <= full:
             raise case.fail(f"sub-draft of {k} layers: {case.draft} has 1..{full}")
     for tau in taus:
-        if dataclasses.replace(case, tau=tau).tokens_per_step < 1.0:
+        if not math.isfinite(tau):
+            raise case.fail(f"sub_tau {tau:g} is not a finite number")
+        tokens = dataclasses.replace(case, tau=tau).tokens_per_step
+        if tokens < 1.0:
             raise case.fail(f"sub_tau {tau:g} is below 1 token per step")
+        check_tokens(case, tokens, tree_tokens(case), f"sub_tau {tau:g}")
     return list(zip(layers, taus, strict=True))
 
 
