@@ -215,7 +215,10 @@ def test_optimize_tree_on_a_chain_engine_skips_the_tree_methods() -> None:
 
     doc = json.loads(result.output)
     assert doc["engine"] == "gpt-fast"
-    assert {r["algo"] for r in doc["results"]} == {"chain"}
+    assert {r["algo"] for r in doc["results"]} <= {"chain", "any-size"}  # the best chain ≤ 8
+    for r in doc["results"]:
+        parents = r["tree"]["parents"][1:]
+        assert len(set(parents)) == len(parents), f"{r['algo']} is not a chain"
     assert "verifies chains only" in doc["skipped"]["sequoia"]
 
 
