@@ -92,7 +92,7 @@ CHEAP = [
     (("optimize-tree", "--hw", "h100", "--acceptance", "0.6,0.2", "--budget", "8", "--export",
       "vllm", "--json"), "optimize-tree", "--export"),
     (("export", "{tree}", "--engine", "vllm", "--target", "llama-3.1-8b", "--drafter",
-      "llama-68m", "--json"),
+      "llama-3.2-1b", "--json"),
      "export", "--engine"),
     (("sweep", "{sweep}", "--engine", "local", "-o", "{dir}/s.parquet", "--json"), "sweep",
      "--engine"),

@@ -23,9 +23,15 @@ ENGINES = ("vllm", "sglang", "tensorrt-llm", "transformers")
 P = [0.6, 0.2, 0.1, 0.05]
 
 
-def optimized(p=P, budget=16, hw="h100", **kw):
-    setup = deployment(hw, target="llama-3.1-8b", drafter="llama-68m", **kw)
-    return run_optimize(OptimizeRequest(setup, acceptance=list(p), budget=budget))
+HEAD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+"""An EAGLE-3 head's Hugging Face id: what a head method serves (a catalogue model is not one)."""
+
+
+def optimized(p=P, budget=16, hw="h100", source=None, **kw):
+    """Llama-3.1-8B drafted by Llama-3.2-1B (one vocabulary, so every engine serves the pair);
+    `source` `draft:HEAD` for a head method."""
+    setup = deployment(hw, target="llama-3.1-8b", drafter="llama-3.2-1b", **kw)
+    return run_optimize(OptimizeRequest(setup, acceptance=list(p), budget=budget, source=source))
 
 
 # ---- vLLM ---------------------------------------------------------------------------------
@@ -234,7 +240,7 @@ def test_trt_default_tree_round_trips() -> None:
 
 
 def test_trt_eagle_export_is_the_optimum_when_it_can_be() -> None:
-    result = optimized()
+    result = optimized(source=f"draft:{HEAD}")
     doc = optimized_export(result, "tensorrt-llm", "Eagle3")
     assert trt_reads(doc["config"]) == doc["config"]["eagle_choices"]
     assert doc["predicted"] == pytest.approx(doc["unconstrained"])
@@ -321,7 +327,7 @@ def test_constrained_never_beats_unconstrained(hw: str, p: list[float]) -> None:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_chain_only_stack_exports_chains(engine: str) -> None:
-    result = optimized(budget=8, hw="a100", engine="hf-eager")
+    result = optimized(budget=8, hw="a100", engine="hf-eager", source=f"draft:{HEAD}")
     method = {"vllm": "eagle3", "sglang": "EAGLE3", "tensorrt-llm": "Eagle3"}.get(engine)
     doc = optimized_export(result, engine, method)
     assert Tree.from_dict(doc["tree"]["tree"]).is_chain
@@ -402,7 +408,7 @@ def test_export_cli(cli, tmp_path: Path) -> None:
     assert cli("optimize-tree", "--hw", "h100", "--trace", trace, "--budget", 8, "--algo",
                "sequoia", "-o", tree)[0] == 0
     code, out, err = cli("export", tree, "--to", "tensorrt-llm", "--export-method",
-                         "Eagle3", "--json")
+                         "Eagle3", "--drafter", HEAD, "--json")
     assert code == 0, err
     assert trt_reads(json.loads(out)["config"])
 
@@ -434,9 +440,9 @@ def test_export_of_a_tree_an_engine_cannot_run(cli, tmp_path: Path) -> None:
     code, _, err = cli("export", bare, "--to", "sglang", "--target", "llama-3.1-8b")
     assert code == 2 and "needs speculative_draft_model_path" in err
     code, out, err = cli("export", bare, "--to", "sglang", "--target", "llama-3.1-8b",
-                         "--drafter", "llama-68m", "--json")
+                         "--drafter", "llama-3.2-1b", "--json")
     assert code == 0, err
-    assert json.loads(out)["config"]["speculative_draft_model_path"] == "JackFram/llama-68m"
+    assert json.loads(out)["config"]["speculative_draft_model_path"] == "meta-llama/Llama-3.2-1B"
 
 
 def test_an_engine_configuration_exports_again(cli, tmp_path: Path) -> None:

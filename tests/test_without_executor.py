@@ -43,7 +43,7 @@ batch = [1]
 """
 ANALYTIC_RUNS: tuple[tuple[str, str], ...] = (
     ("cost", "cost --hw h100 --target llama-3.1-8b --batch 8 --new-tokens 16 --runtime graph"),
-    ("optimize-tree", "optimize-tree --hw h100 --target llama-3.1-8b --drafter llama-68m "
+    ("optimize-tree", "optimize-tree --hw h100 --target llama-3.1-8b --drafter llama-3.2-1b "
                       "--acceptance 0.6,0.2 --budget 8 --algo chain -o out/tree.json"),
     ("export", "export out/tree.json --to vllm"),
     ("reproduce", "reproduce examples/papers/medusa.toml -o out/reproduce.json"),

@@ -25,8 +25,10 @@ def export(
     algo: Annotated[str | None, typer.Option(help="Method of the tree file to use.")] = None,
     target: Annotated[str | None, typer.Option(help="Served model (default: the tree file's; "
                                                     "a catalogue name or a model id).")] = None,
-    drafter: Annotated[str | None, typer.Option(help="Draft model of a tree whose source "
-                                                     "names none.")] = None,
+    drafter: Annotated[str | None, typer.Option(help="Draft model served (default: the "
+                                                     "tree's source's, else the drafter the "
+                                                     "file records); a head's Hugging Face id "
+                                                     "for a head method.")] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here."),
                       Output(inputs=("tree",))] = None,

@@ -9,12 +9,11 @@ from typing import Any
 
 from specscope.errors import InputError
 from specscope.interop import hf_transformers, sglang, tensorrt_llm, vllm
-from specscope.interop.engine import Plan, chains_only, checked_model, method_for, model_id
+from specscope.interop.engine import Plan, chains_only, method_for, served
 from specscope.interop.families import best_chain, dp_best
-from specscope.models import list_models
-from specscope.names import EXPORT_ENGINES
+from specscope.names import EXPORT_ENGINES, MODEL_FREE_SOURCES
 from specscope.optimizers.run import OptimizeResult
-from specscope.trace.sources import draft_model
+from specscope.trace.sources import NO_DRAFTER, draft_model
 from specscope.tree import ROOT_SOURCE, read_tree_file
 
 ENGINES: dict[str, ModuleType] = dict(zip(EXPORT_ENGINES, (vllm, sglang, tensorrt_llm,
@@ -38,7 +37,7 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
     assert setup is not None
     budget = max(result.comparison.pareto)
     dp = None if chains_only(setup) else dp_best(setup, budget)
-    best = max([result.comparison.scores[0], dp or best_chain(setup, budget)],
+    best = max([result.best, dp or best_chain(setup, budget)],
                key=lambda s: s.speedup)
     exported = module.export(Plan(setup, budget, best, result.target, result.drafter, method,
                                   dp))
@@ -76,13 +75,21 @@ def tree_export(path: Path, engine: str, method: str | None = None, algo: str | 
     chosen = method_for(source, method, engine, module.BY_SOURCE, module.METHODS)
     if target is None and found.target is None:
         raise InputError(f"{path} holds a bare tree: give --target (the served model)")
-    target = checked_model(target, "--target") if target else str(found.target)
-    given = drafter or (found.drafter if found.drafter in list_models() else None)
-    named = draft_model(source) or (given and checked_model(given, "--drafter"))
-    config = module.config_for(tree, chosen, named and model_id(named))
+    # the draft served: --drafter, else the source's draft model, else the drafter recorded
+    named, where = drafter, "--drafter"
+    if named is None and draft_model(source):
+        named, where = draft_model(source), f"{path}: {'tree sources' if sources else 'source'}"
+    if named is None and found.drafter not in (None, NO_DRAFTER, *MODEL_FREE_SOURCES):
+        named, where = found.drafter, f"{path}: drafter"
+    target_id, draft_id = served(
+        engine, chosen, module.SERVING, target or found.target, named,
+        ("--target" if target else f"{path}: target", where))
+    target = target or found.target
+    config = module.config_for(tree, chosen, draft_id)
+    named = named if draft_id else None
     return {
         "engine": engine, "method": chosen, "config": config,
-        "command": module.command(config, model_id(target)),
+        "command": module.command(config, target_id),
         "predicted": found.speedup, "unconstrained": found.best_speedup,
         "target": target, "drafter": named, "source": source, "tree": tree.to_dict(),
         "notes": [module.TREE_NOTE] if hasattr(module, "TREE_NOTE") else [],

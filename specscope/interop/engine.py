@@ -9,6 +9,7 @@ from typing import Any
 
 from specscope.errors import InputError
 from specscope.models import get_model, list_models
+from specscope.names import MODEL_FREE_SOURCES
 from specscope.optimizers.compare import Setup
 from specscope.optimizers.scoring import Score
 from specscope.trace.sources import NO_DRAFTER, draft_model
@@ -57,10 +58,16 @@ class Plan:
     def chains_only(self) -> bool:
         return chains_only(self.setup)
 
-    def draft_id(self) -> str | None:
-        """The draft model's Hugging Face id (`model_id`); None for a model-free drafter."""
-        name = draft_model(self.source) or self.drafter
-        return None if name == NO_DRAFTER else model_id(name)
+    def served(self, engine: str, method: str, serving: Serving) -> tuple[str, str | None]:
+        """The target's and the draft's ids for `engine`'s command (`served`): the draft is
+        the source's draft model, else the drafter priced (None for a model-free drafter)."""
+        named = draft_model(self.source)
+        trace = self.setup.trace
+        where = (f"{trace.name}: source's draft model" if trace is not None else "--source"
+                 ) if named else "the drafter priced"
+        name = named or (None if self.drafter in (NO_DRAFTER, *MODEL_FREE_SOURCES)
+                         else self.drafter)
+        return served(engine, method, serving, self.target, name, ("--target", where))
 
 
 def chains_only(setup: Setup) -> bool:
@@ -85,25 +92,100 @@ class Export:
 
 
 HF_ID = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
-MODEL_REF = re.compile(r"[\w.-]+(/[\w.-]+)*/?")
+_SEGMENT = r"[A-Za-z0-9_.][A-Za-z0-9._-]*"
+MODEL_NAME = re.compile(rf"/?{_SEGMENT}(?:/{_SEGMENT})*/?")
+"""What a printed command may name as a model: a catalogue name, a Hugging Face id (org/name)
+or a path, of ASCII letters, digits, `.`, `_` and `-` in segments joined by `/`, none starting
+with `-` (an engine would read it as an option)."""
+MAX_NAME = 256
 
 
-def checked_model(name: str, option: str) -> str:
-    """`name` when it is a catalogue model, a Hugging Face id (org/name) or a path; an
-    `InputError` naming `option` otherwise."""
-    if name in list_models() or MODEL_REF.fullmatch(name):
+def shown(value: object) -> str:
+    """`value` for a one-line message: ASCII, escapes visible, at most 80 characters."""
+    text = ascii(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def checked_model(name: object, where: str) -> str:
+    """`name` when it is a catalogue model, a Hugging Face id (org/name) or a path by the
+    `MODEL_NAME` grammar; an `InputError` naming `where` (an option, or a file and its field)
+    otherwise."""
+    if isinstance(name, str) and len(name) <= MAX_NAME and (
+            name in list_models() or MODEL_NAME.fullmatch(name)):
         return name
-    raise InputError(f"{option} {name!r}: not a catalogue model, a Hugging Face id (org/name) "
-                     "or a path")
+    raise InputError(f"{where} {shown(name)}: not a catalogue model, a Hugging Face id "
+                     "(org/name) or a path (letters, digits, '.', '_', '-' in segments joined "
+                     "by '/', none starting with '-')")
 
 
 def model_id(name: str) -> str:
-    """A catalogue model's Hugging Face id, as its catalogue entry cites it (the name itself
-    when the entry cites none, or for a model outside the catalogue)."""
+    """A catalogue model's Hugging Face id, as its catalogue entry cites it (the name itself for
+    a model outside the catalogue); an `InputError` for a catalogue model that cites none (a
+    specscope zoo model: no engine can download it)."""
     if name not in list_models():
         return name
     found = HF_ID.search(get_model(name).source)
-    return found.group(1) if found else name
+    if found is None:
+        raise InputError(f"{name} is a specscope zoo model: it has no Hugging Face id an engine "
+                         "could serve (export a catalogue model or a Hugging Face id)")
+    return found.group(1)
+
+
+def _hub_id(name: str, where: str) -> str:
+    """`model_id(name)`, its refusal naming `where`; a name under a catalogue model's (a
+    `--system`'s head, `llama-3.1-8b/head`) is a stand-in specscope prices, refused too."""
+    if name not in list_models() and name.split("/")[0] in list_models():
+        raise InputError(f"{where} {name}: a stand-in specscope prices for "
+                         f"{name.split('/')[0]}, not a model an engine could download (name "
+                         "the served model's Hugging Face id)")
+    try:
+        return model_id(name)
+    except InputError as exc:
+        raise InputError(f"{where} {name}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What an engine's methods serve: `draft` the methods that load a draft model, `heads`
+    those whose draft must be a head of a kind (method → kind: EAGLE, EAGLE-3), `own` those
+    that draft with the target's own multi-token-prediction layers."""
+
+    draft: tuple[str, ...]
+    heads: dict[str, str]
+    own: tuple[str, ...] = ()
+
+
+def served(engine: str, method: str, serving: Serving, target: str, draft: str | None,
+           where: tuple[str, str]) -> tuple[str, str | None]:
+    """The target's and the draft's ids as `engine`'s command names them (the draft None when
+    `method` loads none), each name checked by `checked_model` (`where`: what names the target
+    and the draft, for messages) and the pair checked servable: a head method's draft is not
+    a catalogue language model (no catalogue entry declares a head), a multi-token-prediction
+    method's target is not a catalogue model (none declares such layers), a draft model shares
+    the target's vocabulary (the engines verify the draft's token ids as the target's), and
+    neither is a zoo model (`model_id`)."""
+    target = checked_model(target, where[0])
+    target_id = _hub_id(target, where[0])
+    catalogue = list_models()
+    if method in serving.own and target in catalogue:
+        raise InputError(f"{engine} {method} drafts with the target's own multi-token-prediction "
+                         f"layers; catalogue model {target} declares none")
+    if method not in serving.draft or draft is None:
+        return target_id, None  # a model-free method; or the engine's check names the draft
+    draft = checked_model(draft, where[1])
+    draft_id = _hub_id(draft, where[1])
+    if method in serving.heads and draft in catalogue:
+        raise InputError(f"{engine} {method} serves an {serving.heads[method]} head; {draft} is "
+                         "a catalogue language model, not a head (no catalogue entry declares "
+                         "one): name the head's Hugging Face id (export --drafter ORG/NAME; "
+                         "optimize-tree --source draft:ORG/NAME)")
+    if target in catalogue and draft in catalogue:
+        ours, theirs = get_model(target).vocab_size, get_model(draft).vocab_size
+        if ours != theirs:
+            raise InputError(f"{engine}: draft {draft}'s vocabulary ({theirs:,} tokens) differs "
+                             f"from target {target}'s ({ours:,}); a draft model must share the "
+                             "target's tokenizer")
+    return target_id, draft_id
 
 
 def method_for(source: str, method: str | None, engine: str, by_source: dict[str, str],

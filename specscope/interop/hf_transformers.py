@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from specscope.errors import InputError
-from specscope.interop.engine import Export, Plan, is_count, method_for, model_id
+from specscope.interop.engine import Export, Plan, Serving, is_count, method_for
 from specscope.interop.families import best_chain
 from specscope.tree import DEFAULT_SOURCE, Tree
 
@@ -27,14 +27,16 @@ METHODS = ("assisted", "prompt_lookup")
 BY_SOURCE = {"ngram": "prompt_lookup", "draft": "assisted"}
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 NGRAM_MATCH = 2
+SERVING = Serving(("assisted",), {})
 
 
 def export(plan: Plan) -> Export:
     """The best chain transformers runs at the plan's budget."""
     method = method_for(plan.source, plan.method, ENGINE, BY_SOURCE, METHODS)
     score = best_chain(plan.setup, plan.budget)
-    config = config_for(score.tree, method, plan.draft_id())
-    return Export(ENGINE, method, config, command(config, model_id(plan.target)), score,
+    target, draft = plan.served(ENGINE, method, SERVING)
+    config = config_for(score.tree, method, draft)
+    return Export(ENGINE, method, config, command(config, target), score,
                   "chains (assisted or prompt-lookup generation)")
 
 
@@ -58,7 +60,8 @@ def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
 
 
 def command(config: dict[str, Any], target: str) -> str:
-    """Python lines that load the models and generate with `config`."""
+    """Python lines that load the models and generate with `config` (every name a Python
+    literal, `repr`)."""
     kwargs = dict(config["generate"])
     lines = ["from transformers import AutoModelForCausalLM, AutoTokenizer",
              f"model = AutoModelForCausalLM.from_pretrained({target!r})",

@@ -20,19 +20,21 @@ fields, `sglang/srt/arg_groups/speculative_hook.py` for their checks;
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import numpy as np
 
 from specscope.errors import InputError
-from specscope.interop.engine import Export, Plan, is_count, method_for, model_id
-from specscope.interop.families import TopK, best_chain, best_topk, topk_tree
+from specscope.interop.engine import Export, Plan, Serving, is_count, method_for
+from specscope.interop.families import TopK, best_chain, best_topk, contiguous, topk_tree
 from specscope.tree import DEFAULT_SOURCE, Acceptance, Tree
 
 ENGINE = "sglang"
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 METHODS = (*EAGLE_FAMILY, "NGRAM")
 BY_SOURCE = {"ngram": "NGRAM", "draft": "STANDALONE"}
+SERVING = Serving(EAGLE_FAMILY, {"EAGLE": "EAGLE", "EAGLE3": "EAGLE-3"}, ("NEXTN",))
 TREE_NOTE = ("SGLang picks its N − 1 nodes by the draft's scores at run time: these settings' "
              "candidates hold the tree, which it verifies when the draft ranks them so")
 MAX_TOPK = 8
@@ -47,6 +49,7 @@ def valid(setting: TopK) -> bool:
 def export(plan: Plan) -> Export:
     """The best setting SGLang can run at the plan's budget."""
     method = method_for(plan.source, plan.method, ENGINE, BY_SOURCE, METHODS)
+    target, draft = plan.served(ENGINE, method, SERVING)
     if method == "NGRAM":
         score = best_chain(plan.setup, plan.budget)
         config = config_for(score.tree, method, None)
@@ -55,16 +58,18 @@ def export(plan: Plan) -> Export:
         width = min(MAX_TOPK, np.asarray(plan.setup.p).shape[-1])
         chosen, score = best_topk(plan.setup, plan.budget, 1 if plan.chains_only else width,
                                   valid)
-        config = _eagle(method, plan.draft_id(), chosen)
+        config = _eagle(method, draft, chosen)
         family = ("the N − 1 best of a top-k beam search of S steps (k + (S − 1)k² "
                   "candidates), chosen by the draft's scores at run time")
-    return Export(ENGINE, method, config, command(config, model_id(plan.target)), score, family)
+    return Export(ENGINE, method, config, command(config, target), score, family)
 
 
 def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
     """The arguments (checked) under which SGLang can verify `tree`: NGRAM for a chain; for
     the EAGLE family the smallest (steps, top-k, tokens) whose candidates hold it (SGLang
-    still picks its N − 1 nodes by the draft's scores at run time)."""
+    still picks its N − 1 nodes by the draft's scores at run time), for a tree its top-k
+    builder can produce: every node's children its top ranks 0..c − 1 (a draft's top-k
+    children of a node are its best c, so a verified rank r comes with ranks 0..r − 1)."""
     if method == "NGRAM":
         if not tree.is_chain:
             raise InputError("sglang: NGRAM (breadth 1) verifies chains; the tree branches")
@@ -72,6 +77,11 @@ def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
                   "speculative_ngram_min_bfs_breadth": 1, "speculative_ngram_max_bfs_breadth": 1}
         check(config)
         return config
+    why = contiguous(tree)
+    if why is not None:
+        raise InputError(f"sglang: {why}: SGLang's EAGLE tree keeps a node's top-k children by "
+                         "the draft's scores, so it never verifies a rank without the ranks "
+                         "above it; optimize-tree --to sglang solves for the best it runs")
     depths = tree.depths
     parents = [len({int(tree.parents[v]) for v in range(1, tree.size) if depths[v] == d})
                for d in range(1, tree.depth + 1)]
@@ -89,9 +99,10 @@ def _eagle(method: str, draft: str | None, chosen: TopK) -> dict[str, Any]:
 
 
 def command(config: dict[str, Any], target: str) -> str:
-    """The `python -m sglang.launch_server` line of `config`."""
-    flags = " ".join(f"--{key.replace('_', '-')} {value}" for key, value in config.items())
-    return f"python -m sglang.launch_server --model-path {target} {flags}"
+    """The `python -m sglang.launch_server` line of `config`, every value shell-quoted."""
+    flags = " ".join(f"--{key.replace('_', '-')} {shlex.quote(str(value))}"
+                     for key, value in config.items())
+    return f"python -m sglang.launch_server --model-path {shlex.quote(target)} {flags}"
 
 
 def setting(config: dict[str, Any]) -> TopK:

@@ -22,16 +22,17 @@ file written here is JSON, which YAML reads as is.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from specscope.errors import InputError
 from specscope.interop.engine import (
     Export,
     Plan,
+    Serving,
     breadth_first,
     is_count,
     method_for,
-    model_id,
     orphan,
 )
 from specscope.interop.families import best_chain, best_paths, contiguous
@@ -41,6 +42,7 @@ ENGINE = "tensorrt-llm"
 METHODS = ("Eagle3", "Eagle", "Draft_Target", "NGram")
 TREE_METHODS = ("Eagle3", "Eagle")
 BY_SOURCE = {"ngram": "NGram", "draft": "Draft_Target"}
+SERVING = Serving(("Eagle3", "Eagle", "Draft_Target"), {"Eagle3": "EAGLE-3", "Eagle": "EAGLE"})
 NGRAM_MATCH = 2
 OPTIONS_FILE = "speculative.yaml"
 
@@ -56,8 +58,9 @@ def export(plan: Plan) -> Export:
         score = best_chain(plan.setup, plan.budget)
         family = "chains (the --engine priced verifies chains only)" if plan.chains_only else (
             f"chains ({method} drafts one continuation)")
-    config = config_for(score.tree, method, plan.draft_id())
-    return Export(ENGINE, method, config, command(config, model_id(plan.target)), score, family)
+    target, draft = plan.served(ENGINE, method, SERVING)
+    config = config_for(score.tree, method, draft)
+    return Export(ENGINE, method, config, command(config, target), score, family)
 
 
 def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
@@ -76,10 +79,11 @@ def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
 
 
 def command(config: dict[str, Any], target: str) -> str:
-    """The options file of `config` and the `trtllm-serve` line that reads it."""
+    """The options file of `config` and the `trtllm-serve` line that reads it, every value
+    shell-quoted."""
     options = json.dumps({"speculative_config": config}, separators=(",", ":"))
-    return (f"echo '{options}' > {OPTIONS_FILE} && trtllm-serve {target} "
-            f"--extra_llm_api_options {OPTIONS_FILE}")
+    return (f"echo {shlex.quote(options)} > {OPTIONS_FILE} && trtllm-serve "
+            f"{shlex.quote(target)} --extra_llm_api_options {OPTIONS_FILE}")
 
 
 def parse(config: dict[str, Any], source: str = DEFAULT_SOURCE) -> Tree:

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import ast
 import json
+import shlex
 from typing import Any
 
 from specscope.errors import InputError
 from specscope.interop.engine import (
     Export,
     Plan,
+    Serving,
     breadth_first,
     is_count,
     method_for,
-    model_id,
     orphan,
 )
 from specscope.interop.families import best_chain, best_levels
@@ -46,6 +47,7 @@ METHODS = ("ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp")
 TREE_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
 NEEDS_MODEL = ("draft_model", "eagle", "eagle3")
 BY_SOURCE = {"ngram": "ngram", "suffix": "suffix", "draft": "draft_model"}
+SERVING = Serving(NEEDS_MODEL, {"eagle": "EAGLE", "eagle3": "EAGLE-3"}, ("mtp",))
 NGRAM_MATCH = (2, 5)
 """prompt_lookup_min and prompt_lookup_max exported (vLLM's default for both is 5; a 2-gram
 match is what specscope's n-gram drafter looks up)."""
@@ -67,9 +69,9 @@ def export(plan: Plan) -> Export:
         score = best_chain(plan.setup, plan.budget)
         family = "chains (the --engine priced verifies chains only)" if plan.chains_only else (
             f"chains ({method} proposes one continuation)")
-    config = config_for(score.tree, method, plan.draft_id())
-    return Export(ENGINE, method, config, command(config, model_id(plan.target)), score, family,
-                  tuple(notes))
+    target, draft = plan.served(ENGINE, method, SERVING)
+    config = config_for(score.tree, method, draft)
+    return Export(ENGINE, method, config, command(config, target), score, family, tuple(notes))
 
 
 def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
@@ -91,10 +93,10 @@ def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
 
 
 def command(config: dict[str, Any], target: str) -> str:
-    """The `vllm serve` line of `config`."""
+    """The `vllm serve` line of `config`, every value shell-quoted."""
     backend = (" --attention-backend TREE_ATTN" if "speculative_token_tree" in config else "")
-    return (f"vllm serve {target}{backend} --speculative-config "
-            f"'{json.dumps(config, separators=(',', ':'))}'")
+    return (f"vllm serve {shlex.quote(target)}{backend} --speculative-config "
+            f"{shlex.quote(json.dumps(config, separators=(',', ':')))}")
 
 
 def parse(config: dict[str, Any], source: str = DEFAULT_SOURCE) -> Tree:
