@@ -134,6 +134,9 @@ def test_the_table_the_verdict_the_export_and_the_record_give_one_answer(cli, tm
     assert 1 < export["predicted"] <= export["unconstrained"]
 
 
-def test_no_any_size_row_when_the_stated_size_is_best(cli) -> None:
-    doc = json.loads(cli(*ONE_ANSWER[:-2], "--batch", "1", "--json")[1])
-    assert doc["results"][0]["algo"] != "any-size" and doc["speculation_pays"]
+def test_no_any_size_row_when_no_other_size_is_faster(cli) -> None:
+    args = [a if a != "16" else "2" for a in ONE_ANSWER[:-2]]  # one tree of 2 nodes: the DP's
+    doc = json.loads(cli(*args, "--batch", "1", "--json")[1])
+    assert "any-size" not in {r["algo"] for r in doc["results"]} and doc["speculation_pays"]
+    budgets = json.loads(cli(*ONE_ANSWER[:-4], "--budgets", "4,16", "--json")[1])
+    assert "any-size" not in {r["algo"] for r in budgets["results"]}  # each picks its own size
