@@ -241,9 +241,11 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
 }
 """The keys of each fixed section a profile reads; `[drafters]` (`<drafter>_us`),
 `[runtime.<name>]` (runtime.py) and `[[measured]]` are checked where they are read, and
-`[fit.<runtime>]` and `[provenance]` are profile-hw's record of how it was measured."""
+`[fit.<runtime>]` and `[provenance]` are profile-hw's record of how it was measured, and
+`[drift]` the GPU runbook's machine-drift probe recorded beside a profile it measured
+(benchmarks/gpu_run.sh); none of these is priced."""
 _TOP = ("name", "kind", "default_runtime", "description", "sources", "runtime", "drafters",
-        "fit", "provenance", "measured", *_SECTIONS)
+        "fit", "provenance", "drift", "measured", *_SECTIONS)
 """Every top-level key and table of a profile file."""
 _MEASURED_KEYS = ("model", "batch", "context", "new_tokens", "time_ms", "weight_bits", "tp",
                   "source", "runtime", "priced")
