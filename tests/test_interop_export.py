@@ -460,3 +460,11 @@ def test_an_engine_configuration_exports_again(cli, tmp_path: Path) -> None:
     assert json.loads(cli("export", again, "--to", "vllm", "--json")[1])["config"] == doc["config"]
     code, _, err = cli("export", plan, "--to", "vllm", "--algo", "chain")
     assert code == 2 and "one engine configuration" in err
+
+
+def test_nothing_is_lost_when_plain_decoding_is_the_best_choice() -> None:
+    """With p = 0 no tree pays: plain decoding, which every engine runs, is the optimum, so
+    the export loses nothing to the engine's family (issue 40 saw "8.3% lost")."""
+    doc = optimized_export(optimized(p=[0.0, 0.0], budget=8), "vllm")
+    assert doc["unconstrained"] <= 1 and doc["loss"] == 0.0
+    assert any("no speculation pays" in note for note in doc["notes"])

@@ -31,7 +31,8 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
                      ) -> dict[str, Any]:
     """The best configuration `engine` runs for `result`'s setup and largest budget, and the
     unconstrained optimum: the best of every method compared, the DP over every size up to the
-    budget, and the engine's own best (a family is a subset of all trees)."""
+    budget, and the engine's own best (a family is a subset of all trees). The loss is measured
+    against the best choice, plain decoding included, which every engine runs."""
     module = engine_module(engine)
     setup = result.setup
     assert setup is not None
@@ -51,7 +52,7 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
     return {
         "engine": engine, "method": exported.method, "config": exported.config,
         "command": exported.command, "predicted": predicted, "unconstrained": best.speedup,
-        "loss": 1 - predicted / best.speedup, "family": exported.family,
+        "loss": 1 - max(predicted, 1.0) / max(best.speedup, 1.0), "family": exported.family,
         "hardware": result.hardware, "target": result.target, "drafter": result.drafter,
         "source": result.source, "budget": budget,
         "tree": exported.score.to_dict(), "unconstrained_tree": best.to_dict(),
