@@ -4,6 +4,7 @@ is one line and exit 2."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from pathlib import Path
 
@@ -12,12 +13,21 @@ import pytest
 import torch
 from conftest import Cli
 
+from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.profile import DATA_DIR, PROFILE_DIR_ENV, with_runtime
+from specscope.hw_profiles.runtime import BATCH_FIELDS, FIELDS
 from specscope.models import get_model
-from specscope.profiling.calibrate import Grid, profile_hw
+from specscope.profiling.calibrate import Grid, base_profile, fitted_values, profile_hw
 from specscope.profiling.measure import Point
-from specscope.profiling.runtime_fit import fit_runtime, predict, split_held_out
+from specscope.profiling.profile_file import Measurements, profile_toml
+from specscope.profiling.runtime_fit import (
+    PREFILL_FIELDS,
+    Fit,
+    fit_runtime,
+    predict,
+    split_held_out,
+)
 
 TINY = Grid(models=("tiny-code-draft", "tiny-code"), ns=(1, 2, 4), contexts=(16, 48),
             static_ns=(1,), static_contexts=(16,), prefill=(8, 24), draft_model="tiny-code-draft",
@@ -84,6 +94,82 @@ def test_tiny_run_writes_a_profile_that_load_profile_finds_and_cost_model_prices
     # the fitted formula alone (tables dropped) is close to what it was fitted on
     bare = dataclasses.replace(hw, measured=())
     assert CostModel(bare, spec, runtime="eager").forward(1, 2, 48).source == "roofline"
+    # every value written but not measured names its origin in [assumed]
+    assert unmeasured(doc, result.fits) == set(doc["assumed"]) == set(hw.assumed)
+    assert all(text.startswith("assumed: ") for text in hw.assumed.values())
+    assert hw.assumed["interconnect.link_gbs"].startswith("assumed: copied from the shipped "
+                                                          "cpu-2core profile")
+    assert hw.assumed["runtime.eager.step_us"].startswith(
+        "assumed: copied from the shipped cpu-2core profile's eager runtime")
+    with pytest.raises(InputError, match="int8_tops assumed: not measured by profile-hw"):
+        CostModel(hw, spec, act_bits=8)
+
+
+MEASURED = {"compute": {"bf16_tflops"}, "memory": {"capacity_gb", "bandwidth_gbs"},
+            "interconnect": set(), "dequant": set()}
+"""The values of the priced fixed sections profile-hw measures (the rest it copies or leaves 0)."""
+
+
+def unmeasured(doc: dict, fits: dict[str, Fit]) -> set[str]:
+    """The keys of the values a written profile states that its run did not measure: those of
+    the fixed sections outside `MEASURED` and each runtime's fields its fit did not vary."""
+    keys = {f"{section}.{key}" for section, measured in MEASURED.items()
+            for key in doc[section] if key not in measured}
+    for name, fit in fits.items():
+        batched = BATCH_FIELDS if fit.batched is not None else ()
+        keys |= {f"runtime.{name}.{field}" for field in FIELDS
+                 if field not in (*fit.fitted, *batched)}
+    return keys
+
+
+def test_a_gpu_profile_marks_the_h100_interconnect_it_copies_and_its_unmeasured_peaks(
+        tmp_path: Path) -> None:
+    m = Measurements("cuda", 1, 700.0, 2500.0, 80.0, provenance={
+        "device": "NVIDIA Test GPU", "date": "2026-11-28", "torch": "2", "driver": ""})
+    hw = base_profile("gpu-box", m, ["eager", "graph"])
+    fits = {}
+    for name, fitted in (("eager", ("host_step_us", "prefill_host_step_us")),
+                         ("graph", ("step_us",))):
+        fit = Fit(name, hw.runtimes[name].values(), fitted, 9, 3, 0.05, 0.1, 0.02)
+        carried = PREFILL_FIELDS if name == "graph" else ()
+        hw = dataclasses.replace(hw, assumed=fitted_values(hw, name, fit, carried))
+        fits[name] = fit
+    path = tmp_path / "gpu-box.toml"
+    path.write_text(profile_toml(hw, m, fits, "test", 1.0), encoding="utf-8")
+    doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    loaded = load_profile(path)
+    assert unmeasured(doc, fits) == set(loaded.assumed) == set(hw.assumed)
+    for key in ("link_gbs", "max_tp", "allreduce_latency_us", "shard_lm_head"):
+        assert loaded.assumed[f"interconnect.{key}"].startswith(
+            "assumed: copied from the shipped h100 profile")
+    assert (loaded.link_bandwidth, loaded.max_tp) == (450e9, 8)
+    # int8 and fp8 are 0, marked not measured: 8-bit activations are refused with that line
+    assert loaded.peak_flops["int8"] == loaded.peak_flops["fp8"] == 0
+    assert "not measured by profile-hw" in loaded.assumed["compute.fp8_tflops"]
+    with pytest.raises(InputError, match="int8_tops assumed: not measured"):
+        CostModel(loaded, get_model("llama-68m"), act_bits=8)
+    # graph's prompt fields are eager's fit (one of them fitted there), the rest h100's graph
+    assert loaded.assumed["runtime.graph.prefill_host_layer_us"] == (
+        "assumed: copied from the shipped h100 profile's eager runtime (not fitted)")
+    assert loaded.assumed["runtime.graph.prefill_host_step_us"].startswith(
+        "assumed: eager's fit on this machine")
+    assert loaded.assumed["runtime.graph.host_step_us"] == (
+        "assumed: copied from the shipped h100 profile's graph runtime (not fitted)")
+    assert "runtime.eager.host_step_us" not in loaded.assumed
+
+
+@pytest.mark.parametrize(("entry", "error"), [
+    ('"interconnect.nvlink" = "assumed: x"', "names no value the file states"),
+    ('"runtime.eager.step_us" = "from h100"', "must read \"assumed: <its origin>\""),
+])
+def test_an_assumed_entry_names_a_stated_value_and_says_assumed(tmp_path: Path, entry: str,
+                                                                error: str) -> None:
+    text = (DATA_DIR / "cpu-2core.toml").read_text(encoding="utf-8")
+    path = tmp_path / "box.toml"
+    path.write_text(text.replace("[compute]", f"[assumed]\n{entry}\n\n[compute]", 1),
+                    encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(error)):
+        load_profile(path)
 
 
 TRUE = {"host_step_us": 180.0, "host_layer_us": 55.0, "gemv_memory_eff": 0.45,

@@ -122,7 +122,9 @@ class CostModel:
         if act_bits not in (16, 8):
             raise InputError(f"activation bits {act_bits} must be 16 or 8")
         if act_bits == 8 and hw.peak_flops.get("int8", 0.0) <= 0:
-            raise InputError(f"profile {hw.name} has no int8 peak for 8-bit activations")
+            why = hw.assumed.get("compute.int8_tops", "")
+            raise InputError(f"profile {hw.name} has no int8 peak for 8-bit activations"
+                             + (f" ([compute] int8_tops {why})" if why else ""))
         check_tp(model, tp)
         if tp > hw.max_tp:
             raise InputError(f"tp={tp} exceeds the {hw.max_tp} devices profile {hw.name} links")

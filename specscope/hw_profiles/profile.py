@@ -111,6 +111,10 @@ class HardwareProfile:
     """Where host_speed comes from, or "assumed: …"."""
     wake: Wake = field(default_factory=Wake)
     """The first forward's extra time after an idle gap (`[idle]`, measured by profile-hw)."""
+    assumed: dict[str, str] = field(default_factory=dict)
+    """The stated values not measured on the device, by key ("compute.int8_tops",
+    "runtime.graph.step_us"), each "assumed: <where it comes from>" (`[assumed]`, written by
+    profile-hw: what it copied from a shipped profile or left 0)."""
 
     def runtime(self, name: str | None = None) -> RuntimeParams:
         """The parameters of runtime `name` (default: the profile's default runtime)."""
@@ -244,9 +248,12 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
 `[fit.<runtime>]` and `[provenance]` are profile-hw's record of how it was measured, and
 `[drift]` the GPU runbook's machine-drift probe recorded beside a profile it measured
 (benchmarks/gpu_run.sh); none of these is priced."""
-_TOP = ("name", "kind", "default_runtime", "description", "sources", "runtime", "drafters",
-        "fit", "provenance", "drift", "measured", *_SECTIONS)
-"""Every top-level key and table of a profile file."""
+_TOP = ("name", "kind", "default_runtime", "description", "sources", "assumed", "runtime",
+        "drafters", "fit", "provenance", "drift", "measured", *_SECTIONS)
+"""Every top-level key and table of a profile file. `[assumed]` (written by profile-hw) names,
+per stated value it did not measure ("<section>.<key>" or "runtime.<name>.<field>"), where the
+value comes from: "assumed: copied from the shipped h100 profile", "assumed: not measured, 0
+means not priced" (`_assumed`)."""
 _MEASURED_KEYS = ("model", "batch", "context", "new_tokens", "time_ms", "weight_bits", "tp",
                   "source", "runtime", "priced")
 
@@ -273,6 +280,27 @@ def _known_keys(data: dict[str, Any], path: Path) -> None:
         if unknown:
             raise InputError(f"{path}: [[measured]] #{i + 1} unknown key {unknown[0]!r}; known: "
                              f"{', '.join(_MEASURED_KEYS)}")
+
+
+def _assumed(data: dict[str, Any], where: Path) -> dict[str, str]:
+    """The `[assumed]` table checked: each key names a value the file states (a fixed section's
+    key, or a field of one of its `[runtime.<name>]` sections), each value is "assumed: …" with
+    the value's origin."""
+    table = data.get("assumed", {})
+    if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+        raise InputError(f"{where}: [assumed] must map keys to strings (\"assumed: …\")")
+    for key, text in table.items():
+        section, _, name = key.rpartition(".")
+        stated = data.get(section, {}) if section in _SECTIONS else (
+            data.get("runtime", {}).get(section[len("runtime."):], {})
+            if section.startswith("runtime.") else {})
+        if not isinstance(stated, dict) or name not in stated:
+            raise InputError(f"{where}: [assumed] {key!r} names no value the file states "
+                             "(\"<section>.<key>\" or \"runtime.<name>.<field>\")")
+        if not text.startswith("assumed:") or not text[len("assumed:"):].strip():
+            raise InputError(f"{where}: [assumed] {key} must read \"assumed: <its origin>\", "
+                             f"got {text!r}")
+    return dict(table)
 
 
 def _measured(entry: dict[str, Any], where: Path, i: int) -> MeasuredTable:
@@ -373,6 +401,7 @@ def profile_from_data(data: dict[str, Any], path: Path) -> HardwareProfile:
         host_link_bandwidth=_optional(data, "interconnect", "host_link_gbs", path) * 1e9,
         **_host(data, path),
         wake=parse_wake(data, path),
+        assumed=_assumed(data, path),
     )
 
 

@@ -57,7 +57,7 @@ from specscope.hw_profiles.profile import (
     warn_poor_fit,
     with_runtime,
 )
-from specscope.hw_profiles.runtime import BATCH_FIELDS
+from specscope.hw_profiles.runtime import BATCH_FIELDS, FIELDS
 from specscope.models import get_model
 from specscope.models.spec import ModelSpec
 from specscope.names import PROFILE_DEVICES, RUNTIMES
@@ -206,7 +206,8 @@ def memory_gb(runtime: Runtime) -> float:
 def base_profile(name: str, m: Measurements, runtimes: Sequence[str]) -> HardwareProfile:
     """The profile to fit: the measured peak (int8 and fp8 not measured: 0), copy rate and memory,
     the device kind's shipped priors (`PRIORS`) for every runtime section, the interconnect and
-    dequantisation, and no measured tables."""
+    dequantisation, and no measured tables; `assumed` names the origin of each value not
+    measured (`assumed_values`; the fit takes the fields it fits off)."""
     prior = load_profile(DATA_DIR / f"{PRIORS[m.device]}.toml")
     fallback = prior.runtime()
     sections = {r: dataclasses.replace(prior.runtimes.get(r, fallback), name=r)
@@ -219,8 +220,56 @@ def base_profile(name: str, m: Measurements, runtimes: Sequence[str]) -> Hardwar
         peak_flops={"bf16": m.tflops * 1e12, "int8": 0.0, "fp8": 0.0},
         bandwidth=m.copy_gbps * 1e9, memory_bytes=m.memory_gb * 1e9, measured=(),
         sources=(f"measured on this machine by specscope profile-hw ({m.provenance['date']})",),
-        loop=prior.loop if m.loop is None else m.loop)
+        loop=prior.loop if m.loop is None else m.loop,
+        assumed=assumed_values(prior, runtimes))
 
+
+NOT_PRICED = ("assumed: not measured by profile-hw (it times the bf16 matrix product only, fp32 "
+              "on a CPU); 0 means not priced")
+"""The origin of the int8 and fp8 peaks a written profile states as 0. They stay 0 rather than
+copy the prior's: profile-hw measures any GPU, and the H100's 1,979 TOP/s would price 8-bit
+activations on an A100 or an RTX card at a rate it does not have; at 0 `CostModel` refuses
+8-bit activations on the profile with one line naming this origin (fp8 is priced nowhere)."""
+
+
+def assumed_values(prior: HardwareProfile, runtimes: Sequence[str]) -> dict[str, str]:
+    """The origin of every value a written profile states but profile-hw does not measure
+    (`[assumed]`): the int8 and fp8 peaks (0, `NOT_PRICED`), the interconnect and the
+    dequantisation (copied from the shipped `prior`), and each runtime's fields before the fit
+    (the prior's runtime of that name, else its default runtime)."""
+    copied = f"assumed: copied from the shipped {prior.name} profile"
+    assumed = {
+        "compute.int8_tops": f"{NOT_PRICED}: 8-bit activations are refused on this profile",
+        "compute.fp8_tflops": f"{NOT_PRICED} (no step is priced at fp8)",
+        **{f"interconnect.{key}": f"{copied} (one device measured)"
+           for key in ("link_gbs", "max_tp", "allreduce_latency_us", "shard_lm_head")},
+        **{f"dequant.{key}": copied
+           for key in ("int8_ps_per_weight", "int4_ps_per_weight", "tile_tokens")},
+    }
+    for r in runtimes:
+        source = r if r in prior.runtimes else prior.default_runtime
+        assumed |= {f"runtime.{r}.{field}": f"{copied}'s {source} runtime (not fitted)"
+                    for field in FIELDS}
+    return assumed
+
+
+def fitted_values(hw: HardwareProfile, runtime: str, fit: Fit,
+                  carried: Sequence[str] = ()) -> dict[str, str]:
+    """`hw.assumed` once `fit` has fitted `runtime`: its fitted fields (the batched ones too,
+    where batched steps were fitted) measured, the `carried` fields eager's fit on this machine,
+    and the dense-mask attention set from the split one."""
+    measured = {*fit.fitted, *(BATCH_FIELDS if fit.batched is not None else ())}
+    at = f"runtime.{runtime}."
+    assumed = {key: text for key, text in hw.assumed.items()
+               if not (key.startswith(at) and key[len(at):] in measured)}
+    for field in (f for f in carried if f not in measured):
+        why = ("batched steps measured under eager only" if field in BATCH_FIELDS else
+               "prompts prefill eagerly under every runtime")
+        assumed[at + field] = hw.assumed.get(f"runtime.eager.{field}",
+                                             f"assumed: eager's fit on this machine ({why})")
+    assumed[at + "attn_dense_memory_eff"] = ("assumed: equal to attn_memory_eff (the executor "
+                                             "runs split tree attention, not the dense mask)")
+    return assumed
 
 
 def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
@@ -275,8 +324,12 @@ def profile_hw(name: str, device: str = "cpu", runtimes: Sequence[str] = (),
             if fits["eager"].batched and not any(p.batch > 1 for p in points):
                 carried += BATCH_FIELDS  # batched steps measured under eager only
             hw = with_runtime(hw, runtime.kind, **{f: fits["eager"].values[f] for f in carried})
+        else:
+            carried = ()
         fits[runtime.kind] = fit_runtime(hw, runtime.kind, points, specs)
-        hw = with_runtime(hw, runtime.kind, **fits[runtime.kind].values)
+        hw = dataclasses.replace(
+            with_runtime(hw, runtime.kind, **fits[runtime.kind].values),
+            assumed=fitted_values(hw, runtime.kind, fits[runtime.kind], carried))
     report(total - 1, total, phases[-1])
     hw = serving_costs(hw, m, next(r for r in chosen if r.kind == hw.default_runtime), grid)
     report(total, total, "writing")

@@ -79,8 +79,10 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
             "(float32 moves twice",
             "# as many).",
         ]
-    lines.append(f"# Not measured: int8 and fp8 rates (0), interconnect and dequantisation "
-                 f"({PRIORS[m.device]}'s priors).")
+    lines.append(f"# Not measured: int8 and fp8 rates (0: not priced), interconnect and "
+                 f"dequantisation ({PRIORS[m.device]}'s priors), each runtime's fields the fit "
+                 "did not vary;")
+    lines.append("# [assumed] names each such value and where it comes from.")
     lines += [f"# {note}" for note in m.notes]
     lines += [
         "", f'name = "{hw.name}"', f'kind = "{hw.kind}"',
@@ -102,6 +104,9 @@ def profile_toml(hw: HardwareProfile, m: Measurements, fits: dict[str, Fit], com
         f"int8_ps_per_weight = {hw.dequant_s_per_weight[8] * 1e12:.6g}",
         f"int4_ps_per_weight = {hw.dequant_s_per_weight[4] * 1e12:.6g}",
         f"tile_tokens = {hw.dequant_tile}", "",
+        "[assumed]    # each value stated above or below but not measured here, and its origin",
+        *[f"{json.dumps(key)} = {json.dumps(text)}" for key, text in hw.assumed.items()
+          if key.split(".")[0] != "runtime" or key.split(".")[1] in fits], "",
     ]
     date = p["date"]
     for name in fits:
