@@ -11,14 +11,10 @@ import numpy as np
 import pytest
 
 from specscope.errors import InputError
-from specscope.interop.counters import (
-    ChainCounts,
-    accept_length,
-    imported,
-    parse_vllm_metrics,
-    read_acceptance,
-)
+from specscope.interop.counters import ChainCounts, imported, read_acceptance
 from specscope.interop.families import TopK
+from specscope.interop.sglang_log import accept_length
+from specscope.interop.vllm_metrics import parse_vllm_metrics
 
 PER_POS = (650, 380, 190)
 

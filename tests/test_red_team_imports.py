@@ -172,7 +172,7 @@ def test_a_long_line_is_skipped_unread_unless_it_is_a_counter(cli: Cli,
 RSS_CHECK = """
 import resource, sys
 from pathlib import Path
-from specscope.interop.counters import import_file
+from specscope.interop.trace_import import import_file
 from specscope.interop.families import TopK
 path, origin = Path(sys.argv[1]), sys.argv[2]
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

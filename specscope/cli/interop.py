@@ -76,8 +76,8 @@ def trace_import(
 ) -> None:
     """Acceptance from an engine's counters, with counts and intervals: what --acceptance
     FILE.json takes in optimize-tree, simulate and serve-bench."""
-    from specscope.interop.counters import import_file
     from specscope.interop.families import TopK
+    from specscope.interop.trace_import import import_file
     from specscope.trace import AcceptanceModel, read_trace
 
     setting = None

@@ -8,7 +8,7 @@ tree the engine verifies (`parse`) and checks it by the rules the engine's sourc
 the best of them on the optimizers' own scoring; `document` sets the export beside the
 unconstrained optimum.
 
-From an engine: `counters` turns what an engine counted (vLLM's metrics, SGLang's decode log,
-plain per-position counts) into the acceptance every `--acceptance` option takes
-(`specscope trace import`).
+From an engine (`specscope trace import`, `trace_import`): `vllm_metrics` and `sglang_log` read
+what an engine counted (vLLM's metrics text, SGLang's decode log), and `counters` turns those
+counts (or plain per-position counts) into the acceptance every `--acceptance` option takes.
 """
