@@ -37,7 +37,7 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
     setup = result.setup
     assert setup is not None
     budget = max(result.comparison.pareto)
-    dp = None if chains_only(setup) else dp_best(setup, budget)
+    dp = None if chains_only(setup) else (result.optimum or dp_best(setup, budget))
     best = max([result.best, dp or best_chain(setup, budget)],
                key=lambda s: s.speedup)
     exported = module.export(Plan(setup, budget, best, result.target, result.drafter, method,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -98,10 +99,19 @@ class OptimizeResult:
     system: str | None = None
     setup: Setup | None = field(default=None, repr=False, compare=False)
     """What every method was scored on (`export` solves engines' families on it)."""
-    any_size: Score | None = None
-    """Under one --budget n: the exact best tree of any size up to n (`best_any_size`, algo
-    `ANY_SIZE`) when it beats every method's tree of n nodes (a smaller tree can pay where n
-    nodes do not, at a large batch); None otherwise."""
+    optimum: Score | None = None
+    """Under one --budget n: the exact best tree of any size up to n (`best_any_size`), which
+    `export` solves its families beside."""
+
+    @cached_property
+    def any_size(self) -> Score | None:
+        """The optimum as a row of its own (algo `ANY_SIZE`) when it beats every method's tree
+        of n nodes (a smaller tree can pay where n nodes do not, at a large batch); else
+        None."""
+        if self.optimum is None or (self.optimum.speedup
+                                    <= self.comparison.scores[0].speedup * (1 + 1e-12)):
+            return None
+        return dataclasses.replace(self.optimum, algo=ANY_SIZE)
 
     @property
     def ranked(self) -> list[Score]:
@@ -231,15 +241,12 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
     setup = Setup(p=p, source=source, pricing=pricing, max_depth=req.max_depth, trace=trace,
                   options=req.options)
     comparison = compare(setup, algos, budget=req.budget, budgets=req.budgets, progress=progress)
-    any_size = None
-    if req.budget is not None and req.budget > 1:
-        found = best_any_size(setup, req.budget)
-        if found.speedup > comparison.scores[0].speedup * (1 + 1e-12):
-            any_size = dataclasses.replace(found, algo=ANY_SIZE)
+    optimum = (best_any_size(setup, req.budget)
+               if req.budget is not None and req.budget > 1 else None)
     return OptimizeResult(profile.name, target, drafter, source, int(context), comparison,
                           pricing.target.runtime.name, pricing.target.tree_attention,
                           engine=dep.engine_name, batch=dep.batch, system=req.system,
-                          setup=setup, any_size=any_size)
+                          setup=setup, optimum=optimum)
 
 
 def _as_deployed(req: OptimizeRequest, source: str
