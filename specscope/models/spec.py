@@ -38,6 +38,31 @@ class ModelSpec:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
+    # mixture of experts (n_experts 0: dense). Layers from `first_dense_layers` on replace the
+    # SwiGLU MLP (width d_ff, kept by the first dense layers) with `n_experts` routed SwiGLU experts
+    # of width `d_expert`, `experts_per_token` of them chosen per token by a linear router, beside
+    # always-on shared experts of total width `d_shared` (0: none).
+    n_experts: int = 0
+    experts_per_token: int = 0
+    d_expert: int = 0
+    d_shared: int = 0
+    first_dense_layers: int = 0
+    # multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: grouped-query attention): the
+    # cache holds a `kv_lora_rank` latent plus a `qk_rope_head_dim` rope key per token; queries
+    # go through a `q_lora_rank` bottleneck (0: a plain projection); per head, keys are
+    # qk_nope_head_dim + qk_rope_head_dim wide and values `v_head_dim`.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # sliding-window attention: the layers in `sliding_layers` attend to the last
+    # `sliding_window` tokens only (gpt-oss alternates them with full attention)
+    sliding_window: int = 0
+    sliding_layers: tuple[int, ...] = ()
+    # multi-token-prediction modules shipped with the model (DeepSeek-V3's
+    # num_nextn_predict_layers): each one decoder layer drafting with the model's embedding and head
+    mtp_layers: int = 0
     # Mamba-2
     d_state: int = 0
     ssm_heads: int = 0
@@ -60,6 +85,16 @@ class ModelSpec:
         return self.ssm_heads * self.ssm_head_dim
 
     @property
+    def moe(self) -> bool:
+        """Whether the feed-forward of layers `first_dense_layers` on is a mixture of experts."""
+        return self.n_experts > 0
+
+    @property
+    def mla(self) -> bool:
+        """Whether attention is multi-head latent attention."""
+        return self.kv_lora_rank > 0
+
+    @property
     def layer_kinds(self) -> tuple[str, ...]:
         """"attn" or "ssm" for every layer."""
         if self.arch == "transformer":
@@ -79,8 +114,9 @@ def spec_from_table(name: str, table: dict[str, Any], where: str) -> ModelSpec:
     if unknown:
         raise InputError(f"{where}: model {name!r} has unknown keys {unknown}")
     fields = dict(table)
-    if "attn_layers" in fields:
-        fields["attn_layers"] = tuple(fields["attn_layers"])
+    for key in ("attn_layers", "sliding_layers"):
+        if key in fields:
+            fields[key] = tuple(fields[key])
     try:
         spec = ModelSpec(name=name, **fields)
     except TypeError as exc:
@@ -103,8 +139,25 @@ def _check(spec: ModelSpec, where: str) -> None:
         raise InputError(f"{bad}: n_heads {spec.n_heads} is not a multiple of n_kv_heads")
     if "ssm" in kinds and min(spec.d_state, spec.ssm_heads, spec.ssm_head_dim) < 1:
         raise InputError(f"{bad}: Mamba-2 layers need d_state, ssm_heads and ssm_head_dim")
-    if spec.arch == "transformer" and spec.d_ff < 1:
-        raise InputError(f"{bad}: a transformer needs d_ff")
+    if spec.arch == "transformer" and spec.d_ff < 1 and not spec.moe:
+        raise InputError(f"{bad}: a transformer needs d_ff (or n_experts)")
+    if spec.moe:
+        if not 1 <= spec.experts_per_token <= spec.n_experts or spec.d_expert < 1:
+            raise InputError(f"{bad}: a mixture of experts needs d_expert >= 1 and "
+                             f"1 <= experts_per_token <= n_experts")
+        if not 0 <= spec.first_dense_layers <= spec.n_layers or (
+                spec.first_dense_layers and spec.d_ff < 1):
+            raise InputError(f"{bad}: first_dense_layers must lie in 0..n_layers, and dense "
+                             f"layers need d_ff")
+    if spec.mla and min(spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim) < 1:
+        raise InputError(f"{bad}: latent attention (kv_lora_rank) needs qk_nope_head_dim, "
+                         f"qk_rope_head_dim and v_head_dim")
+    if not all(0 <= i < spec.n_layers for i in spec.sliding_layers) or (
+            spec.sliding_layers and spec.sliding_window < 1):
+        raise InputError(f"{bad}: sliding_layers must lie in 0..{spec.n_layers - 1} and need "
+                         f"sliding_window >= 1")
+    if min(spec.n_experts, spec.d_shared, spec.mtp_layers, spec.q_lora_rank) < 0:
+        raise InputError(f"{bad}: expert, shared, MTP and LoRA sizes must not be negative")
     if spec.arch == "hybrid" and not all(0 <= i < spec.n_layers for i in spec.attn_layers):
         raise InputError(f"{bad}: attn_layers must lie in 0..{spec.n_layers - 1}")
     if spec.weight_bits not in (16, 8, 4):
