@@ -8,6 +8,7 @@ from functools import cache
 from pathlib import Path
 
 from specscope.errors import InputError
+from specscope.models.hf_config import spec_from_config
 from specscope.models.spec import ModelSpec, spec_from_table
 from specscope.models.zoo import zoo_report, zoo_specs
 
@@ -53,11 +54,20 @@ def list_models() -> list[str]:
 
 
 def get_model(name: str) -> ModelSpec:
-    """The catalogue's `ModelSpec` for `name`; an unknown name raises `InputError` (lists all)."""
+    """The `ModelSpec` for `name`: a catalogue model, or a Hugging Face model folder or config.json
+    path (a name with a path separator, ending in .json, or naming a folder), so that any model
+    of a family `spec_from_config` reads is priced; anything else raises `InputError`."""
     specs = _catalogue()[0]
-    if name not in specs:
-        raise InputError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
-    return specs[name]
+    if name in specs:
+        return specs[name]
+    path = Path(name)
+    if path.is_dir() or name.endswith(".json") or any(sep in name for sep in ("/", "\\")):
+        if not path.exists():
+            raise InputError(f"unknown model {name!r}: no such folder or file (a model is a "
+                             "catalogue name or a Hugging Face folder or config.json path)")
+        return spec_from_config(path)
+    raise InputError(f"unknown model {name!r}; known models: {', '.join(list_models())}; or "
+                     "give a path to a Hugging Face folder or its config.json")
 
 
 def drafter_spec(model: str | None, target: ModelSpec, kept_layers: float | None = None,
@@ -76,6 +86,7 @@ def drafter_spec(model: str | None, target: ModelSpec, kept_layers: float | None
 
 
 def published_params(name: str) -> float:
-    """The parameter count the model's authors publish (a count, e.g. 6.74e9)."""
+    """The parameter count the model's authors publish (a count, e.g. 6.74e9); 0 for a model
+    read from a Hugging Face config, which states none."""
     get_model(name)
-    return _catalogue()[1][name]
+    return _catalogue()[1].get(name, 0.0)
