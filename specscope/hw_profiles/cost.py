@@ -5,9 +5,11 @@ operator class) and compute time (FLOPs over peak × efficiency) as the runtime'
 (`runtime.py`); the device adds a fixed per-step and per-layer time, the dequantisation of 8/4-bit
 weights (seconds per weight element, once per tile of tokens) and, under tensor parallelism, one
 ring all-reduce after every row-parallel projection (latency + 2(k−1)/k × bytes / link
-bandwidth). The host needs its own time to issue the forward (the runtime's `host_*` terms): on a
-GPU the two overlap and the step takes the longer, on a CPU they add; a step of several sequences
-adds each further sequence's host work (`batch_host_time`). `roofline_terms` gives the
+bandwidth) and, under expert parallelism `ep`, an MoE layer's dispatch and combine all-to-alls
+(each latency + the bytes a device sends / link bandwidth). The host needs its own time to
+issue the forward (the runtime's `host_*` terms): on a GPU the two overlap and the step takes
+the longer, on a CPU they add; a step of several sequences adds each further sequence's host
+work (`batch_host_time`). `roofline_terms` gives the
 forward as terms that add up to it (what `specscope cost` prints: `cost_report.py`).
 
 Verification attention is priced as it runs: `split` reads the committed prefix once without a
@@ -43,7 +45,7 @@ from specscope.models.ops import (
     bytes_per_weight,
     check_tp,
     forward_ops,
-    kv_bytes_per_token,
+    kv_cache_bytes,
     ssm_state_bytes,
     weight_bytes,
 )
@@ -86,7 +88,8 @@ def _check_counts(**values: Num) -> None:
 
 class CostModel:
     """Step times of one model on one profile and runtime, at `weight_bits` (default: the
-    spec's) and `tp`.
+    spec's), `tp` and `ep` (an MoE's experts spread over `ep` groups of its tp devices:
+    `specscope.models.moe_ops`).
 
     `runtime` defaults to the profile's `default_runtime`; `group_size` is the 4-bit quantisation
     group (one 16-bit scale and zero per group); `tree_attention` is "split", "dense" or
@@ -113,7 +116,7 @@ class CostModel:
                  tree_attention: str = "split", act_bits: int = 16,
                  quant_lm_head: bool = True, offload: float = 0.0,
                  offload_overlap: bool = True, stages: int = 1,
-                 prompt_logits: str = "all") -> None:
+                 prompt_logits: str = "all", ep: int = 1) -> None:
         bits = model.weight_bits if weight_bits is None else weight_bits
         if not 1 <= stages <= model.n_layers:
             raise InputError(f"--stages {stages}: must lie in 1..{model.n_layers} (the layers of "
@@ -125,7 +128,7 @@ class CostModel:
             why = hw.assumed.get("compute.int8_tops", "")
             raise InputError(f"profile {hw.name} has no int8 peak for 8-bit activations"
                              + (f" ([compute] int8_tops {why})" if why else ""))
-        check_tp(model, tp)
+        check_tp(model, tp, ep)
         if tp > hw.max_tp:
             raise InputError(f"tp={tp} exceeds the {hw.max_tp} devices profile {hw.name} links")
         if tree_attention not in TREE_ATTENTION:
@@ -140,15 +143,15 @@ class CostModel:
         self.stages = stages
         self.hw, self.model = hw, model
         self.runtime: RuntimeParams = hw.runtime(runtime)
-        self.weight_bits, self.tp, self.group_size = bits, tp, group_size
+        self.weight_bits, self.tp, self.ep, self.group_size = bits, tp, ep, group_size
         self.tree_attention = tree_attention
         self.act_bits, self.quant_lm_head = act_bits, quant_lm_head
         self.prompt_logits = prompt_logits
 
     def variant(self, cls: type[CostModel], **extra: Any) -> CostModel:
-        """This model, hardware, precision, tp, runtime and attention as a `cls` (a
+        """This model, hardware, precision, tp, ep, runtime and attention as a `cls` (a
         mechanism's subclass taking `extra` keywords)."""
-        return cls(self.hw, self.model, weight_bits=self.weight_bits, tp=self.tp,
+        return cls(self.hw, self.model, weight_bits=self.weight_bits, tp=self.tp, ep=self.ep,
                    group_size=self.group_size, runtime=self.runtime.name,
                    tree_attention=self.tree_attention, act_bits=self.act_bits,
                    quant_lm_head=self.quant_lm_head, offload=self.offload,
@@ -191,6 +194,7 @@ class CostModel:
         """The per-device operator table of one forward (see `specscope.models.ops`)."""
         return forward_ops(self.model, batch, new_tokens, context_len,
                            weight_bits=self.weight_bits, group_size=self.group_size, tp=self.tp,
+                           ep=self.ep,
                            shard_lm_head=self.hw.shard_lm_head,
                            quant_lm_head=self.quant_lm_head, prompt_logits=self.prompt_logits,
                            **ssm)
@@ -203,7 +207,7 @@ class CostModel:
         prefill = np.asarray(context_len) == 0
         flops = np.asarray(op.flops, dtype=float)
         if op.kind == "linear":
-            if self.act_bits == 8 and op.qweights:
+            if self.act_bits == 8 and np.any(op.qweights):
                 peak = self.hw.peak_flops["int8"]
             tokens = np.asarray(op.tokens, dtype=float)
             weights = np.where(tokens <= 1, r.gemv_memory_eff, r.gemm_memory_eff)
@@ -257,7 +261,7 @@ class CostModel:
 
     def extras(self, ops: list[OpCost]) -> dict[str, np.ndarray]:
         """Device seconds of a forward beyond its operators: the fixed per-step and per-layer
-        time ("overhead"), dequantisation and tensor-parallel communication."""
+        time ("overhead"), dequantisation and tensor- and expert-parallel communication."""
         hw, k, r = self.hw, self.tp, self.runtime
         overhead = np.asarray(r.step_s + self.device_layers * r.layer_s)
         dequant = np.asarray(0.0)
@@ -276,6 +280,11 @@ class CostModel:
                 lm_head = next(op for op in ops if op.op == "lm_head")
                 logits = lm_head.tokens * self.model.vocab_size * 2.0
                 comm = comm + hw.allreduce_latency_s + ring * logits
+        if self.ep > 1:
+            for op in ops:
+                if np.any(np.asarray(op.a2a_bytes) > 0):
+                    comm = comm + op.count * (hw.allreduce_latency_s
+                                              + op.a2a_bytes / hw.link_bandwidth)
         return {"overhead": overhead, "dequant": dequant, "comm": comm}
 
     def host_time(self, context_len: Num) -> np.ndarray:
@@ -393,9 +402,11 @@ class CostModel:
 
     def memory_bytes(self, batch: int, tokens: int) -> float:
         """Bytes of device-resident weights, KV cache and SSM state for `batch` sequences of
-        `tokens` tokens (offloaded weights live in host memory)."""
+        `tokens` tokens over the tp devices (offloaded weights live in host memory; an MoE's
+        experts are stored once, split tp ways or spread over the ep groups; a latent-attention
+        cache is held on every device: `kv_cache_bytes`)."""
         spec = self.model
-        cache = batch * (tokens * kv_bytes_per_token(spec) + ssm_state_bytes(spec))
+        cache = batch * (kv_cache_bytes(spec, tokens, self.tp) + ssm_state_bytes(spec))
         return (1.0 - self.offload) * weight_bytes(spec, self.weight_bits, self.group_size) \
             + cache
 

@@ -11,6 +11,10 @@ Numbers are per device under tensor parallelism `tp`: attention heads, MLP width
 are split `tp` ways (KV heads and SSM groups are replicated when there are fewer than `tp`), the
 lm_head is split over the vocabulary when `shard_lm_head`. Every numeric argument may be a numpy
 array (broadcast together), so t(n) for n = 1..768 is one call.
+
+Mixture-of-experts feed-forwards (their expert reads growing with the step's tokens, expert
+parallelism `ep`) and multi-head latent attention are `moe_ops`' rows. Sliding-window layers
+attend to, and read the KV of, at most `sliding_window` + new keys.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specscope.errors import InputError
+from specscope.models import moe_ops
 from specscope.models.spec import ModelSpec
 
 ACT_BYTES = 2
@@ -37,7 +42,8 @@ Num = float | np.ndarray
 
 OUTSIDE_LAYERS = ("embedding", "final_norm", "lm_head")
 """Operators of a forward that run once, outside its decoder layers."""
-SCALED_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "qweights", "reduce_bytes")
+SCALED_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "qweights", "reduce_bytes",
+                 "a2a_bytes")
 """The work fields of an `OpCost` that grow with how often it runs."""
 
 
@@ -48,7 +54,9 @@ class OpCost:
     flops: floating-point operations; weight_bytes: weights read; act_bytes: activations read and
     written; kv_bytes: KV cache or SSM/conv state read and written; qweights: weight elements
     dequantised from 8/4 bits (0 at 16 bits); tokens: tokens through the op in one layer;
-    reduce_bytes: bytes all-reduced after the op in each layer under tensor parallelism; kind:
+    reduce_bytes: bytes all-reduced after the op in each layer under tensor parallelism;
+    a2a_bytes: bytes the device sends in the op's all-to-all in each layer (expert
+    parallelism's dispatch into the routed experts, combine out of them); kind:
     the operator class whose efficiencies a runtime prices it with ("linear", "attention",
     or "other": norms, embedding, SSM conv and scan, state copies).
     Numeric fields are scalars or arrays that broadcast with the forward's arguments.
@@ -60,10 +68,11 @@ class OpCost:
     weight_bytes: Num
     act_bytes: Num
     kv_bytes: Num = 0.0
-    qweights: float = 0.0
+    qweights: Num = 0.0
     tokens: Num = 0.0
     reduce_bytes: Num = 0.0
     kind: str = "other"
+    a2a_bytes: Num = 0.0
 
     @property
     def bytes(self) -> Num:
@@ -94,10 +103,17 @@ def bytes_per_weight(weight_bits: int, group_size: int = 128) -> float:
 
 
 def _n_layers(spec: ModelSpec) -> tuple[int, int, int]:
-    """(attention layers, Mamba-2 layers, layers with an MLP)."""
+    """(attention layers, Mamba-2 layers, layers with a dense MLP)."""
     kinds = spec.layer_kinds
     n_attn = kinds.count("attn")
-    return n_attn, len(kinds) - n_attn, spec.n_layers if spec.d_ff > 0 else 0
+    n_mlp = spec.n_layers - moe_ops.moe_layers(spec) if spec.d_ff > 0 else 0
+    return n_attn, len(kinds) - n_attn, n_mlp
+
+
+def _n_sliding(spec: ModelSpec) -> int:
+    """Attention layers that attend to the last `sliding_window` tokens only."""
+    kinds = spec.layer_kinds
+    return sum(kinds[i] == "attn" for i in set(spec.sliding_layers))
 
 
 def _conv_dim(spec: ModelSpec, groups: int) -> int:
@@ -106,37 +122,73 @@ def _conv_dim(spec: ModelSpec, groups: int) -> int:
 
 
 def param_count(spec: ModelSpec) -> int:
-    """Every parameter of the model (a count)."""
+    """Every parameter of the model (a count): all routed experts of an MoE, not only those a
+    token uses (`active_param_count`); multi-token-prediction modules (`mtp_layers`) are a
+    drafter and left out, so DeepSeek-V3 counts its 671B main model, not the 685B on disk."""
     d, v = spec.d_model, spec.vocab_size
     n_attn, n_ssm, n_mlp = _n_layers(spec)
     heads = (spec.n_heads + 2 * spec.n_kv_heads) * spec.head_dim
-    attn = d * heads + spec.n_heads * spec.head_dim * d + d
+    attn = sum(moe_ops.mla_params(spec)) if spec.mla else (
+        d * heads + spec.n_heads * spec.head_dim * d + d)
     h, p, g, n = spec.ssm_heads, spec.ssm_head_dim, spec.ssm_groups, spec.d_state
     conv = _conv_dim(spec, g)
     ssm = d * (2 * h * p + 2 * g * n + h) + conv * (spec.conv_kernel + 1) + 3 * h + h * p
     ssm += h * p * d + d
     mlp = 3 * d * spec.d_ff + d
     embed = v * d * (1 if spec.tie_embeddings else 2)
-    return n_attn * attn + n_ssm * ssm + n_mlp * mlp + embed + d
+    moe = moe_ops.moe_layers(spec) * sum(moe_ops.moe_params(spec))
+    return n_attn * attn + n_ssm * ssm + n_mlp * mlp + moe + embed + d
+
+
+def active_param_count(spec: ModelSpec) -> int:
+    """Parameters one token uses: `param_count` less the routed experts it is not sent to
+    (k routed experts, the shared experts, router, attention, embeddings and the rest)."""
+    unused = spec.n_experts - spec.experts_per_token
+    return param_count(spec) - moe_ops.moe_layers(spec) * unused * 3 * spec.d_model * \
+        spec.d_expert
 
 
 def weight_bytes(spec: ModelSpec, weight_bits: int = 16, group_size: int = 128) -> float:
-    """Bytes of all weights stored on one device at `weight_bits` (tp = 1)."""
+    """Bytes of all weights stored on one device at `weight_bits` (tp = 1); an MoE's router
+    stays 16-bit."""
     bpw = bytes_per_weight(weight_bits, group_size)
     d, v = spec.d_model, spec.vocab_size
     n_attn, n_ssm, n_mlp = _n_layers(spec)
     h, p, g, n = spec.ssm_heads, spec.ssm_head_dim, spec.ssm_groups, spec.d_state
-    linear = n_attn * d * (2 * spec.n_heads + 2 * spec.n_kv_heads) * spec.head_dim
+    if spec.mla:
+        linear = n_attn * moe_ops.mla_params(spec)[0]
+    else:
+        linear = n_attn * d * (2 * spec.n_heads + 2 * spec.n_kv_heads) * spec.head_dim
     linear += n_ssm * (d * (2 * h * p + 2 * g * n + h) + h * p * d) + n_mlp * 3 * d * spec.d_ff
+    linear += moe_ops.moe_layers(spec) * moe_ops.moe_params(spec)[0]
     if not spec.tie_embeddings:
         linear += v * d
     other = param_count(spec) - linear
     return linear * bpw + other * ACT_BYTES
 
 
+def _kv_row(spec: ModelSpec, tp: int = 1) -> float:
+    """KV-cache bytes of one token in one attention layer on one device: keys and values of
+    its KV heads, or latent attention's latent and rope key (replicated, not split, by tp)."""
+    if spec.mla:
+        return moe_ops.mla_kv_row(spec)
+    return 2 * -(-spec.n_kv_heads // tp) * spec.head_dim * ACT_BYTES
+
+
 def kv_bytes_per_token(spec: ModelSpec) -> float:
-    """KV-cache bytes one token adds across all attention layers (one sequence, tp = 1)."""
-    return _n_layers(spec)[0] * 2 * spec.n_kv_heads * spec.head_dim * ACT_BYTES
+    """KV-cache bytes one token adds across the full-attention layers (one sequence, tp = 1):
+    keys and values per KV head, or latent attention's latent and rope key. A sliding-window
+    layer's cache stops growing at `sliding_window` tokens, so it is not counted here;
+    `kv_cache_bytes` holds both."""
+    return (_n_layers(spec)[0] - _n_sliding(spec)) * _kv_row(spec)
+
+
+def kv_cache_bytes(spec: ModelSpec, tokens: int, tp: int = 1) -> float:
+    """KV-cache bytes of one sequence of `tokens` tokens over all `tp` devices: the full
+    layers' per-token bytes, each sliding-window layer's at most `sliding_window` tokens; a
+    latent-attention cache is held whole on every device (vLLM replicates it under tp)."""
+    sliding = _n_sliding(spec) * _kv_row(spec) * min(tokens, spec.sliding_window)
+    return (tokens * kv_bytes_per_token(spec) + sliding) * (tp if spec.mla else 1)
 
 
 def ssm_state_bytes(spec: ModelSpec) -> float:
@@ -146,8 +198,9 @@ def ssm_state_bytes(spec: ModelSpec) -> float:
     return _n_layers(spec)[1] * per_layer * ACT_BYTES
 
 
-def check_tp(spec: ModelSpec, tp: int) -> None:
-    """Raise `InputError` unless `tp` splits the model's heads and widths evenly."""
+def check_tp(spec: ModelSpec, tp: int, ep: int = 1) -> None:
+    """Raise `InputError` unless `tp` splits the model's heads and widths evenly (an MoE's
+    expert width over the tp/ep devices of an expert group)."""
     if tp < 1:
         raise InputError(f"tensor-parallel degree tp={tp} must be at least 1")
     n_attn, n_ssm, _ = _n_layers(spec)
@@ -156,9 +209,27 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
         sizes["n_heads"] = spec.n_heads
     if n_ssm:
         sizes["ssm_heads"] = spec.ssm_heads
+    if spec.moe:
+        sizes["d_shared"] = spec.d_shared
     for what, size in sizes.items():
         if size % tp:
             raise InputError(f"tp={tp} does not divide {what}={size} of {spec.name}")
+    check_ep(spec, ep, tp)
+    if spec.moe and spec.d_expert % (tp // ep):
+        raise InputError(f"tp={tp} over ep={ep} expert groups does not divide "
+                         f"d_expert={spec.d_expert} of {spec.name}")
+
+
+def check_ep(spec: ModelSpec, ep: int, tp: int) -> None:
+    """Raise `InputError` unless `ep` spreads the model's experts evenly over expert groups of
+    its tp devices (module `moe_ops`)."""
+    if ep < 1:
+        raise InputError(f"--ep {ep} must be at least 1")
+    if ep > 1 and not spec.moe:
+        raise InputError(f"--ep {ep}: {spec.name} is dense, it has no experts to spread")
+    if spec.n_experts % ep or tp % ep:
+        raise InputError(f"--ep {ep} must divide both the {spec.n_experts} experts of "
+                         f"{spec.name} and tp={tp} (expert groups are made of its tp devices)")
 
 
 def linear_op(op: str, count: int, tokens: Num, d_in: int, d_out: int, bpw: float, quant: bool,
@@ -177,7 +248,7 @@ def linear_op(op: str, count: int, tokens: Num, d_in: int, d_out: int, bpw: floa
     )
 
 
-def _norm(op: str, count: int, tokens: Num, width: int) -> OpCost:
+def norm_op(op: str, count: int, tokens: Num, width: int) -> OpCost:
     """An RMSNorm over `width` channels (gated or not: a few FLOPs per element)."""
     return OpCost(op, count, flops=count * 5.0 * tokens * width,
                   weight_bytes=count * width * ACT_BYTES,
@@ -186,20 +257,30 @@ def _norm(op: str, count: int, tokens: Num, width: int) -> OpCost:
 
 def _attention_ops(spec: ModelSpec, count: int, batch: Num, new: Num, context: Num, tp: int,
                    bpw: float, quant: bool) -> list[OpCost]:
-    """Norm, q/k/v projection, scores+softmax+AV over context+new keys, output projection."""
+    """Norm, q/k/v projection, scores+softmax+AV, output projection (latent attention's rows
+    come from `moe_ops`). Full layers attend to context + new keys; sliding-window layers to at
+    most sliding_window + new, and read that much KV."""
     d, hd = spec.d_model, spec.head_dim
     heads, kv = spec.n_heads // tp, -(-spec.n_kv_heads // tp)
     tokens = batch * new
-    keys = context + new
-    kv_row = 2 * kv * hd * ACT_BYTES
+    n_sliding = _n_sliding(spec)
+    scores = [("attention", count - n_sliding, context + new),
+              ("sliding_attention", n_sliding,
+               np.minimum(context + new, spec.sliding_window + new))]
+    if spec.mla:
+        *projections, o_proj = moe_ops.mla_ops(spec, count, batch, new, tp, bpw, quant)
+        return [*projections, *(moe_ops.mla_attention(spec, op, n, batch, new, context, keys, tp)
+                                for op, n, keys in scores if n), o_proj]
+    kv_row = _kv_row(spec, tp)
     return [
-        _norm("attn_norm", count, tokens, d),
+        norm_op("attn_norm", count, tokens, d),
         linear_op("qkv_proj", count, tokens, d, (heads + 2 * kv) * hd, bpw, quant),
-        OpCost("attention", count,
-               flops=count * batch * heads * new * keys * (4.0 * hd + 5.0),
-               weight_bytes=0.0,
-               act_bytes=count * 2.0 * tokens * heads * hd * ACT_BYTES,
-               kv_bytes=count * batch * (keys + new) * kv_row, tokens=tokens, kind="attention"),
+        *(OpCost(op, n,
+                 flops=n * batch * heads * new * keys * (4.0 * hd + 5.0),
+                 weight_bytes=0.0,
+                 act_bytes=n * 2.0 * tokens * heads * hd * ACT_BYTES,
+                 kv_bytes=n * batch * (keys + new) * kv_row, tokens=tokens, kind="attention")
+          for op, n, keys in scores if n),
         linear_op("o_proj", count, tokens, heads * hd, d, bpw, quant, reduce_width=d),
     ]
 
@@ -219,7 +300,7 @@ def _ssm_ops(spec: ModelSpec, count: int, seqs: Num, seq_len: Num, chunk: Num, t
     state = h * p * n * ACT_BYTES
     scan_flops = tokens * (chunk * (2.0 * g * n + 2.0 * inner + h) + 4.0 * inner * n)
     return [
-        _norm("ssm_norm", count, tokens, d),
+        norm_op("ssm_norm", count, tokens, d),
         linear_op("ssm_in_proj", count, tokens, d, 2 * inner + 2 * g * n + h, bpw, quant),
         OpCost("ssm_conv", count, flops=count * 2.0 * tokens * conv * k,
                weight_bytes=count * conv * (k + 1) * ACT_BYTES,
@@ -229,7 +310,7 @@ def _ssm_ops(spec: ModelSpec, count: int, seqs: Num, seq_len: Num, chunk: Num, t
                weight_bytes=count * 3 * h * ACT_BYTES,
                act_bytes=count * tokens * (2 * inner + 2 * g * n + h) * ACT_BYTES,
                kv_bytes=count * 2.0 * seqs * state, tokens=tokens),
-        _norm("ssm_gate_norm", count, tokens, inner),
+        norm_op("ssm_gate_norm", count, tokens, inner),
         linear_op("ssm_out_proj", count, tokens, inner, d, bpw, quant, reduce_width=d),
     ]
 
@@ -243,6 +324,7 @@ def forward_ops(
     weight_bits: int = 16,
     group_size: int = 128,
     tp: int = 1,
+    ep: int = 1,
     shard_lm_head: bool = True,
     quant_lm_head: bool = True,
     ssm_verify: str | None = None,
@@ -260,7 +342,7 @@ def forward_ops(
     lm_head on one token per sequence.
     """
     bpw = bytes_per_weight(weight_bits, group_size)
-    check_tp(spec, tp)
+    check_tp(spec, tp, ep)
     if ssm_verify not in (None, *SSM_VERIFY):
         raise InputError(f"ssm_verify {ssm_verify!r} is not one of {list(SSM_VERIFY)}")
     if prompt_logits not in PROMPT_LOGITS:
@@ -292,14 +374,16 @@ def forward_ops(
     if n_mlp:
         ff = spec.d_ff // tp
         ops += [
-            _norm("mlp_norm", n_mlp, tokens, d),
+            norm_op("mlp_norm", n_mlp, tokens, d),
             linear_op("mlp_gate_up", n_mlp, tokens, d, 2 * ff, bpw, quant),
             linear_op("mlp_down", n_mlp, tokens, ff, d, bpw, quant, reduce_width=d),
         ]
+    if spec.moe:
+        ops += moe_ops.moe_ops(spec, moe_ops.moe_layers(spec), tokens, tp, ep, bpw, quant)
     vocab = -(-v // tp) if shard_lm_head else v
     logits = np.where((context == 0) & (prompt_logits == "last"), batch, tokens)
     ops += [
-        _norm("final_norm", 1, tokens, d),
+        norm_op("final_norm", 1, tokens, d),
         linear_op("lm_head", 1, logits, d, vocab, bpw,
                 quant and quant_lm_head and not spec.tie_embeddings),
     ]
