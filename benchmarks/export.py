@@ -46,7 +46,7 @@ def main() -> None:
             table.add_column(col, justify="right")
         for budget in (int(b) for b in args.budgets.split(",")):
             request = OptimizeRequest(
-                deployment=deployment("h100"),
+                deployment=deployment("h100", target="llama-2-7b"),
                 trace_path=trace, budget=budget)
             base, result = timed(lambda request=request: run_optimize(request))
             for engine in EXPORT_ENGINES:

@@ -21,7 +21,6 @@ fewer prompts) and skips stage 5.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich.console import Console
@@ -31,6 +30,7 @@ from specscope.atomic import write_text_atomic
 from specscope.errors import InputError
 from specscope.hw_profiles.deployment import deployment
 from specscope.hw_profiles.profile import DATA_DIR
+from specscope.json_out import write_json
 from specscope.optimizers.run import OptimizeRequest, OptimizeResult, run_optimize
 from specscope.optimizers.scoring import Score
 from specscope.tables import generate_table, optimize_table
@@ -92,7 +92,7 @@ def _papers(out: Path, console: Console) -> None:
         except InputError as exc:  # a checkout without the committed benchmark results
             console.print(f"[bold]5. Accuracy[/]: skipped ({exc})")
             return
-    path = write_text_atomic(out / "accuracy.json", json.dumps(accuracy.to_dict(), indent=2))
+    path = write_json(out / "accuracy.json", accuracy.to_dict())
     console.print(f"[bold]5. Accuracy[/] → {path}: {accuracy.headline()}")
 
 
@@ -161,7 +161,7 @@ def _optimize(out: Path, synthetic: Path, real: Path, cpu_profile: Path, console
 
 
 def _write(path: Path, result: OptimizeResult) -> Path:
-    write_text_atomic(path, json.dumps(result.to_dict(), indent=1))
+    write_json(path, result.to_dict(), indent=1)
     return path
 
 
@@ -213,7 +213,7 @@ def _validate(out: Path, cpu_profile: Path, seed: int, quick: bool, console: Con
         result = run_validate(request)
     write_table(result, out / "validate")
     doc = result.to_dict()
-    write_text_atomic(out / "validate" / "validate.json", json.dumps(doc, indent=1))
+    write_json(out / "validate" / "validate.json", doc, indent=1)
     console.print(config_table(doc))
     console.print(summary_table(doc))
     console.print(recommendation_line(doc))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 
+from specscope.json_out import strict_json
 from specscope.optimizers.run import ANY_SIZE, OptimizeResult
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ def error_table(summaries: list[Any], by: str = "family") -> Table:
 def export_lines(doc: dict[str, Any]) -> list[str]:
     """An export document as lines: the engine's configuration, its command, and the predicted
     speedup against the unconstrained optimum when known."""
-    lines = [f"[bold]{doc['engine']}[/] ({doc['method']}): " + json.dumps(doc["config"])]
+    lines = [f"[bold]{doc['engine']}[/] ({doc['method']}): " + strict_json(doc["config"], None)]
     if "family" in doc:
         lines.append(f"predicted {doc['predicted']:.3f}× against {doc['unconstrained']:.3f}× "
                      f"for the best tree of all ({doc['loss']:.1%} lost to what "

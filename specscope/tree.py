@@ -25,6 +25,7 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.files import read_json
+from specscope.json_out import strict_json
 
 ROOT_SOURCE = "root"
 DEFAULT_SOURCE = "draft"
@@ -267,7 +268,7 @@ class Tree:
 
     def to_json(self) -> str:
         """JSON text of `to_dict`."""
-        return json.dumps(self.to_dict())
+        return strict_json(self.to_dict(), None)
 
     @classmethod
     def from_json(cls, text: str) -> Tree:
@@ -372,6 +373,11 @@ class TreeFile:
     drafter: str | None = None
 
 
+OPTIMIZED_KEYS = ("target", "source")
+"""What an optimize-tree file states its trees were chosen for: the model they are verified by
+and the source that drafts them."""
+
+
 def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
     """A tree from a JSON file: a bare tree (`Tree.to_dict`), `optimize-tree --json` / `-o`
     output, whose best result is taken, or the result of method `algo`, or an engine's
@@ -381,6 +387,7 @@ def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
     if isinstance(data, dict) and {"engine", "config", "tree"} <= set(data):
         if algo is not None:
             raise InputError(f"--algo {algo}: {path} holds one engine configuration's tree")
+        _check_names(data, path)
         verified = data["tree"]  # optimize-tree --to keeps the scored tree, export the tree
         if isinstance(verified, dict) and "tree" in verified:
             verified = verified["tree"]
@@ -393,8 +400,15 @@ def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
                              "output")
         return TreeFile(_tree(data, path))
     results = data["results"]
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+        raise InputError(f"{path}: optimize-tree output's results must be a list of objects")
     if not results:
         raise InputError(f"{path}: optimize-tree output without results")
+    missing = [key for key in OPTIMIZED_KEYS if key not in data]
+    if missing:  # without them no check can tell what the trees were chosen for
+        raise InputError(f"{path}: optimize-tree output without its {', '.join(missing)} (the "
+                         f"file was cut or edited); write it again with optimize-tree -o")
+    _check_names(data, path)
     chosen = results[0] if algo is None else next(
         (r for r in results if r.get("algo") == algo), None)
     if chosen is None:
@@ -403,6 +417,14 @@ def read_tree_file(path: str | Path, algo: str | None = None) -> TreeFile:
     return TreeFile(_tree(chosen.get("tree"), path), data.get("target"), data.get("source"),
                     chosen.get("algo"), _speedup(chosen), _speedup(results[0]),
                     data.get("drafter"))
+
+
+def _check_names(data: dict, path: Path) -> None:
+    """The names a tree file records (what its trees were chosen for) are strings, if present."""
+    for key in ("target", "source", "drafter"):
+        value = data.get(key)
+        if value is not None and not (isinstance(value, str) and value):
+            raise InputError(f"{path}: {key} must be a non-empty string, got {value!r:.40}")
 
 
 def _speedup(result: object) -> float | None:

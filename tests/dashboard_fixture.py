@@ -33,7 +33,7 @@ def build_results(folder: Path, validate: bool = False) -> Path:
     trace_path = write_trace(trace, folder / "trace.parquet")
     for hw in HARDWARE:
         result = run_optimize(OptimizeRequest(
-            deployment=deployment(hw),
+            deployment=deployment(hw, target="llama-2-7b"),
             trace_path=trace_path, budgets=[4, 8, 16, 32], algos="sequoia,dyspec,kary,chain"))
         write_text_atomic(folder / f"trees-{hw}.json", json.dumps(result.to_dict(), indent=2))
     for policy in POLICIES:

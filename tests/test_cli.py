@@ -80,7 +80,8 @@ def test_broken_trace_is_one_line_exit_2(run: Run, trace_file: Path, tmp_path: P
     make, needle = BROKEN[case]
     bad = make(trace_file, tmp_path)
     out_file = tmp_path / "trees.json"
-    code, _, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(bad),
+    code, _, err = run(optimize_tree_main, "--hw", "h100", "--target", "llama-2-7b",
+                       "--trace", str(bad),
                          "--budget", "16", "-o", str(out_file))
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -113,7 +114,8 @@ def test_broken_trace_is_one_line_exit_2(run: Run, trace_file: Path, tmp_path: P
 def test_bad_options_are_one_line_exit_2(run: Run, tmp_path: Path, args: list[str],
                                          needle: str) -> None:
     out_file = tmp_path / "trees.json"
-    code, _, err = run(optimize_tree_main, "--hw", "h100", *args, "-o", str(out_file))
+    code, _, err = run(optimize_tree_main, "--hw", "h100", "--target", "llama-2-7b", *args,
+                       "-o", str(out_file))
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert needle in err
@@ -121,7 +123,8 @@ def test_bad_options_are_one_line_exit_2(run: Run, tmp_path: Path, args: list[st
 
 
 def test_unknown_hardware(run: Run, tmp_path: Path) -> None:
-    code, _, err = run(optimize_tree_main, "--hw", "tpu-v9", "--acceptance", "0.7",
+    code, _, err = run(optimize_tree_main, "--hw", "tpu-v9", "--target", "llama-2-7b",
+                       "--acceptance", "0.7",
                        "--budget", "8", "-o", str(tmp_path / "t.json"))
     assert code == 2 and "tpu-v9" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "t.json").exists()
@@ -134,7 +137,8 @@ def test_unknown_model_in_cost(run: Run) -> None:
 
 def test_optimize_tree_json_and_output_file(run: Run, trace_file: Path, tmp_path: Path) -> None:
     out_file = tmp_path / "trees.json"
-    code, out, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(trace_file),
+    code, out, err = run(optimize_tree_main, "--hw", "h100", "--target", "llama-2-7b",
+                         "--trace", str(trace_file),
                          "--budget", "16", "--json", "-o", str(out_file))
     assert code == 0, err
     doc = json.loads(out_file.read_text())  # -o holds the JSON; stdout says what it wrote
@@ -159,7 +163,8 @@ def test_the_runtime_changes_the_price_of_drafting(run: Run, trace_file: Path) -
     ~0.3 ms: the same tree's predicted speedup falls under eager, and the JSON says which."""
     docs = {}
     for runtime in ("graph", "eager"):
-        code, out, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(trace_file),
+        code, out, err = run(optimize_tree_main, "--hw", "h100", "--target", "llama-2-7b",
+                             "--trace", str(trace_file),
                              "--budget", "16", "--algo", "sequoia", "--runtime", runtime,
                              "--json")
         assert code == 0, err
@@ -176,7 +181,8 @@ def test_budgets_choose_per_hardware(run: Run, trace_file: Path) -> None:
     """A fast accelerator affords bigger trees than the edge CPU at the same acceptance."""
     sizes = {}
     for hw in ("h100", "cpu-2core"):
-        code, out, err = run(optimize_tree_main, "--hw", hw, "--trace", str(trace_file),
+        code, out, err = run(optimize_tree_main, "--hw", hw, "--target", "llama-2-7b",
+                             "--trace", str(trace_file),
                              "--budgets", "4,8,16,32,64,128", "--algo", "sequoia", "--json")
         assert code == 0, err
         sizes[hw] = json.loads(out)["results"][0]["n"]
@@ -207,7 +213,8 @@ def test_help_exits_zero(run: Run) -> None:
 
 
 def test_unknown_source_names_the_sources(run: Run, trace_file: Path) -> None:
-    code, _, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(trace_file),
+    code, _, err = run(optimize_tree_main, "--hw", "h100", "--target", "llama-2-7b",
+                       "--trace", str(trace_file),
                        "--source", "draft:nope", "--budget", "8")
     assert code == 2 and "draft:nope" in err and len(err.strip().splitlines()) == 1
 
@@ -218,7 +225,8 @@ def test_a_source_kind_resolves_when_the_trace_holds_one_of_it(run: Run, tmp_pat
     write_trace(synth_trace(4, 0, sources=("ngram", "rasd:llama-68m"), length=32), one)
     write_trace(synth_trace(4, 0, sources=("rasd:llama-68m", "rasd:llama-3.2-1b"), length=32),
                 two)
-    args = ("--hw", "h100", "--source", "rasd", "--budget", "8", "--algo", "chain", "--json")
+    args = ("--hw", "h100", "--target", "llama-2-7b", "--source", "rasd", "--budget", "8",
+            "--algo", "chain", "--json")
     code, out, err = run(optimize_tree_main, "--trace", str(one), *args)
     assert code == 0, err
     doc = json.loads(out)
@@ -230,7 +238,8 @@ def test_a_source_kind_resolves_when_the_trace_holds_one_of_it(run: Run, tmp_pat
 
 
 def test_depth_dependent_acceptance_from_the_trace(run: Run, trace_file: Path) -> None:
-    code, out, err = run(optimize_tree_main, "--hw", "a100", "--trace", str(trace_file),
+    code, out, err = run(optimize_tree_main, "--hw", "a100", "--target", "llama-2-7b",
+                         "--trace", str(trace_file),
                          "--budget", "24", "--max-depth", "6", "--depth-dependent",
                          "--algo", "sequoia,best-first", "--json")
     assert code == 0, err
@@ -243,7 +252,8 @@ def test_depth_dependent_acceptance_from_the_trace(run: Run, trace_file: Path) -
 def test_all_methods_at_one_budget_never_beat_the_dp(run: Run, trace_file: Path,
                                                       budget: int) -> None:
     """Five methods plus baselines, valued and replayed; none above the exact DP optimum."""
-    code, out, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(trace_file),
+    code, out, err = run(optimize_tree_main, "--hw", "h100", "--target", "llama-2-7b",
+                         "--trace", str(trace_file),
                          "--budget", str(budget), "--algo", "all", "--json")
     assert code == 0, err
     rows = {r["algo"]: r for r in json.loads(out)["results"]}
@@ -258,7 +268,8 @@ def test_all_methods_at_one_budget_never_beat_the_dp(run: Run, trace_file: Path,
 
 
 def test_budgets_print_a_pareto_table(run: Run, trace_file: Path) -> None:
-    code, out, err = run(optimize_tree_main, "--hw", "cpu-2core", "--trace", str(trace_file),
+    code, out, err = run(optimize_tree_main, "--hw", "cpu-2core", "--target", "llama-2-7b",
+                         "--trace", str(trace_file),
                          "--budgets", "8,32", "--algo", "sequoia,goose,chain", "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -273,7 +284,8 @@ def test_budgets_print_a_pareto_table(run: Run, trace_file: Path) -> None:
 
 
 def test_methods_needing_a_trace_are_skipped_with_a_reason(run: Run) -> None:
-    code, out, err = run(optimize_tree_main, "--hw", "h100", "--acceptance", "0.6,0.2,0.1",
+    code, out, err = run(optimize_tree_main, "--hw", "h100", "--target", "llama-2-7b",
+                         "--acceptance", "0.6,0.2,0.1",
                          "--budget", "12", "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -282,7 +294,8 @@ def test_methods_needing_a_trace_are_skipped_with_a_reason(run: Run) -> None:
 
 
 def test_bad_method_parameters_are_one_line(run: Run, trace_file: Path) -> None:
-    code, _, err = run(optimize_tree_main, "--hw", "h100", "--trace", str(trace_file),
+    code, _, err = run(optimize_tree_main, "--hw", "h100", "--target", "llama-2-7b",
+                       "--trace", str(trace_file),
                        "--budget", "16", "--algo", "specdecpp", "--specdecpp-threshold", "1.5")
     assert code == 2 and "--specdecpp-threshold" in err and len(err.strip().splitlines()) == 1
 
@@ -306,7 +319,8 @@ def test_collect_writes_a_trace_that_drives_optimize_tree(run: Run, tmp_path: Pa
                        "--output-len", "16",
                        "-o", str(trace))
     assert code == 0, err
-    code, out, err = run(optimize_tree_main, "--hw", "cpu-2core", "--trace", str(trace),
+    code, out, err = run(optimize_tree_main, "--hw", "cpu-2core", "--target", "llama-2-7b",
+                         "--trace", str(trace),
                          "--budget", "8", "--algo", "sequoia,chain", "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -340,7 +354,8 @@ def test_choice_does_not_depend_on_the_hash_seed(trace_file: Path) -> None:
     import subprocess
     import sys
 
-    args = ["--hw", "h100", "--trace", str(trace_file), "--budgets", "4,8,16", "--algo",
+    args = ["--hw", "h100", "--target", "llama-2-7b", "--trace", str(trace_file), "--budgets",
+            "4,8,16", "--algo",
             "best-first,kary,dyspec", "--json"]
     code = "from specscope.cli import optimize_tree_main; optimize_tree_main()"
     outs = {

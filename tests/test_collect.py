@@ -62,7 +62,7 @@ def test_collected_trace_validates_and_drives_optimize_tree(models, prompts, tmp
     assert (drafts.get_column("rank") == 0).mean() > 0.5  # the draft agrees with the target
 
     doc = run_optimize(OptimizeRequest(
-        deployment=deployment("cpu-2core"),
+        deployment=deployment("cpu-2core", target="llama-2-7b"),
         trace_path=path, budget=16)).to_dict()
     assert doc["source"] == f"draft:{DRAFT_NAME}"
     assert {r["algo"] for r in doc["results"]} >= {"sequoia", "chain"}

@@ -86,10 +86,12 @@ def _sweep(folder: Path) -> Path:
 
 
 CHEAP = [
-    (("cost", "--hw", "h100", "--model", "llama-3.1-8b", "--json"), "cost", "--model"),
+    (("cost", "--hw", "h100", "--target", "llama-2-7b",
+      "--model", "llama-3.1-8b", "--json"), "cost", "--model"),
     (("cost", "--hw", "h100", "--target", "llama-3.1-8b", "--draft", "llama-68m", "--json"),
      "cost", "--draft"),
-    (("optimize-tree", "--hw", "h100", "--acceptance", "0.6,0.2", "--budget", "8", "--export",
+    (("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+      "--acceptance", "0.6,0.2", "--budget", "8", "--export",
       "vllm", "--json"), "optimize-tree", "--export"),
     (("export", "{tree}", "--engine", "vllm", "--target", "llama-3.1-8b", "--drafter",
       "llama-3.2-1b", "--json"),
@@ -117,7 +119,8 @@ def test_old_spellings_run_and_warn_once_new_ones_never(run: Run, tmp_path: Path
 
 
 def test_the_optimize_tree_script_takes_old_spellings_too(run: Run) -> None:
-    code, _, err = run(optimize_tree_main, "--hw", "h100", "--acceptance", "0.6,0.2",
+    code, _, err = run(optimize_tree_main, "--hw", "h100", "--target", "llama-2-7b",
+                       "--acceptance", "0.6,0.2",
                        "--budget", "8", "--export", "vllm", "--json")
     assert code == 0, err
     assert err.splitlines() == [

@@ -207,7 +207,8 @@ def test_an_unknown_engine_is_one_line_and_exit_2(command: list[str],
 
 
 def test_optimize_tree_on_a_chain_engine_skips_the_tree_methods() -> None:
-    result = CliRunner().invoke(app, ["optimize-tree", "--hw", "a100", "--acceptance",
+    result = CliRunner().invoke(app, ["optimize-tree", "--hw", "a100", "--target", "llama-2-7b",
+                                      "--acceptance",
                                       "0.5,0.2,0.1", "--budget", "8", "--engine", "gpt-fast",
                                       "--json"])
     assert result.exit_code == 0, result.output

@@ -47,7 +47,8 @@ def test_an_existing_output_needs_force_and_is_left_as_it_was(cli: Cli, trace: P
 
 @pytest.mark.parametrize("args", [
     ("trace", "synth", "-o", "{dir}"),
-    ("optimize-tree", "--hw", "h100", "--acceptance", "0.6,0.2", "--budget", "8", "-o", "{dir}"),
+    ("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+     "--acceptance", "0.6,0.2", "--budget", "8", "-o", "{dir}"),
     ("reproduce", str(PAPERS / "hydra.toml"), "-o", "{dir}"),
     ("simulate", "--hw", "h100", "--target", "llama-3.1-8b", "--rate", "1", "--requests", "2",
      "--seed", "0", "-o", "{dir}"),
@@ -74,7 +75,8 @@ def test_validate_refuses_to_replace_its_table_without_force(cli: Cli, tmp_path:
 
 def test_an_output_that_is_an_input_is_refused_even_with_force(cli: Cli, trace: Path) -> None:
     before = trace.read_bytes()
-    refused(cli("optimize-tree", "--hw", "h100", "--trace", trace, "--budget", "8", "-o", trace,
+    refused(cli("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+                "--trace", trace, "--budget", "8", "-o", trace,
                 "--force"), "input")
     refused(cli("simulate", "--hw", "h100", "--target", "llama-3.1-8b", "--trace", trace,
                 "--rate", "1", "--requests", "2", "--seed", "0", "-o", trace, "--force"), "input")
@@ -121,7 +123,8 @@ def test_numbers_outside_their_range_are_refused(cli: Cli, option: str, value: s
 
 
 def test_a_non_finite_acceptance_is_refused(cli: Cli) -> None:
-    refused(cli("optimize-tree", "--hw", "h100", "--acceptance", "0.5,nan", "--budget", "8"),
+    refused(cli("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+                "--acceptance", "0.5,nan", "--budget", "8"),
             "--acceptance")
 
 
@@ -214,7 +217,8 @@ def test_an_existing_user_profile_needs_force(cli: Cli, tmp_path: Path,
 # setups that cannot fit
 
 def test_optimize_tree_refuses_a_kv_cache_beyond_the_device(cli: Cli) -> None:
-    refused(cli("optimize-tree", "--hw", "h100", "--acceptance", "0.6,0.2", "--budget", "8",
+    refused(cli("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+                "--acceptance", "0.6,0.2", "--budget", "8",
                 "--context", "10000000"), "--hw h100", "KV cache", "GB")
     refused(cli("optimize-tree", "--hw", "h100", "--acceptance", "0.6,0.2", "--budget", "8",
                 "--target", "llama-3.1-405b"), "do not fit")

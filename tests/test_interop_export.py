@@ -394,18 +394,21 @@ def test_export_cli(cli, tmp_path: Path) -> None:
     assert cli("trace", "synth", "--requests", 8, "--length", 64, "--seed", 1, "-o", trace)[0] == 0
     for engine in ENGINES:
         out = tmp_path / f"{engine}.json"
-        code, stdout, err = cli("optimize-tree", "--hw", "h100", "--trace", trace, "--budget",
+        code, stdout, err = cli("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+                                "--trace", trace, "--budget",
                                 16, "--to", engine, "-o", out)
         assert code == 0, err
         doc = json.loads(out.read_text())
         assert {"engine", "config", "command", "predicted", "unconstrained"} <= set(doc)
         assert doc["predicted"] <= doc["unconstrained"]
         assert f"{engine} " in stdout and "unconstrained" in stdout
-    code, out, _ = cli("optimize-tree", "--hw", "h100", "--trace", trace, "--budget", 16,
+    code, out, _ = cli("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+                       "--trace", trace, "--budget", 16,
                        "--to", "vllm")
     assert code == 0 and "predicted" in out and "command: vllm serve" in out
     tree = tmp_path / "tree.json"
-    assert cli("optimize-tree", "--hw", "h100", "--trace", trace, "--budget", 8, "--algo",
+    assert cli("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+               "--trace", trace, "--budget", 8, "--algo",
                "sequoia", "-o", tree)[0] == 0
     code, out, err = cli("export", tree, "--to", "tensorrt-llm", "--export-method",
                          "Eagle3", "--drafter", HEAD, "--json")
@@ -422,7 +425,8 @@ def test_export_cli(cli, tmp_path: Path) -> None:
 def test_export_cli_refuses(cli, tmp_path: Path, args: tuple, word: str) -> None:
     trace = tmp_path / "x.parquet"
     cli("trace", "synth", "--requests", 4, "--length", 32, "--seed", 1, "-o", trace)
-    code, _, err = cli("optimize-tree", "--hw", "h100", "--trace", trace, "--budget", 6,
+    code, _, err = cli("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+                       "--trace", trace, "--budget", 6,
                        *args)
     assert code == 2 and word in err and len(err.strip().splitlines()) == 1
 

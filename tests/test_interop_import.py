@@ -161,7 +161,7 @@ def test_import_then_optimize_equals_the_vector_by_hand(cli, tmp_path: Path) -> 
     doc = json.loads(acc.read_text())
     assert {"acceptance", "counts"} <= set(doc)
     by_hand = ",".join(repr(x) for x in doc["acceptance"])
-    common = ("optimize-tree", "--hw", "h100", "--budget", 8, "--json")
+    common = ("optimize-tree", "--hw", "h100", "--target", "llama-2-7b", "--budget", 8, "--json")
     code, from_file, err = cli(*common, "--acceptance", acc)
     assert code == 0, err
     assert from_file == cli(*common, "--acceptance", by_hand)[1]
@@ -218,7 +218,8 @@ def test_bad_imports_exit_2(cli, tmp_path: Path, content: str, args: tuple, word
 def test_bad_acceptance_files_exit_2(cli, tmp_path: Path, doc: dict, word: str) -> None:
     path = tmp_path / "acc.json"
     path.write_text(json.dumps(doc).replace("NaN", "NaN"))
-    code, _, err = cli("optimize-tree", "--hw", "h100", "--budget", 4, "--acceptance", path)
+    code, _, err = cli("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+                       "--budget", 4, "--acceptance", path)
     assert code == 2 and word in err and len(err.strip().splitlines()) == 1, err
     with pytest.raises(InputError):
         read_acceptance(path)

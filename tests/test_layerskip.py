@@ -334,7 +334,7 @@ def test_optimize_tree_prices_the_drafter_as_the_target_with_its_kept_layers(
     assert json.loads(json.dumps(settings))["options"]["skip"] == [2]
     path = write_trace(trace, tmp_path / "self.parquet")
     doc = run_optimize(OptimizeRequest(
-        deployment=deployment("cpu-2core"),
+        deployment=deployment("cpu-2core", target="llama-2-7b"),
         trace_path=path, budget=8)).to_dict()
     # the trace's target is not in the catalogue: priced on llama-2-7b, 3/4 of its 32 layers
     assert doc["source"] == LAYERSKIP and doc["drafter"] == "llama-2-7b[24/32 layers]"

@@ -96,7 +96,8 @@ def test_sweep_counts_its_grid_before_expanding_it(cli: Cli, tmp_path: Path,
 
 def test_optimize_tree_refuses_budgets_over_memory_or_time(
         cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    args = ("optimize-tree", "--hw", "h100", "--acceptance", "0.6,0.2,0.1", "--budget")
+    args = ("optimize-tree", "--hw", "h100", "--target", "llama-2-7b",
+            "--acceptance", "0.6,0.2,0.1", "--budget")
     _refused(cli(*args, "1000000000"), "--budget 1,000,000,000")
     monkeypatch.setenv(TIME_ENV, "0.01")
     status, _, err = cli(*args, "100000")

@@ -226,7 +226,7 @@ def test_replaying_a_rasd_trace_predicts_the_executors_steps_exactly(models, pro
 def test_optimize_tree_prices_a_rasd_source_as_its_draft_model(models, prompts, tmp_path) -> None:
     path = write_trace(rasd_trace(models, prompts[:3]), tmp_path / "rasd.parquet")
     doc = run_optimize(OptimizeRequest(
-        deployment=deployment("cpu-2core"),
+        deployment=deployment("cpu-2core", target="llama-2-7b"),
         trace_path=path, budget=16, source=f"rasd:{DRAFT_NAME}")).to_dict()
     assert doc["source"] == f"rasd:{DRAFT_NAME}" and doc["drafter"] == DRAFT_NAME
     assert {r["algo"] for r in doc["results"]} >= {"sequoia", "chain"}

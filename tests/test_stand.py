@@ -212,7 +212,7 @@ def test_stand_traces_drive_optimize_tree(target, prompts, tmp_path) -> None:
     trace = collect_tokens(target, [make_drafter("stand", V)], prompts, MAX_NEW)
     path = write_trace(trace, tmp_path / "stand.parquet")
     doc = run_optimize(OptimizeRequest(
-        deployment=deployment("cpu-2core"),
+        deployment=deployment("cpu-2core", target="llama-2-7b"),
         trace_path=path, source="stand", algos="sequoia,chain,best-first", budget=12)).to_dict()
     assert doc["source"] == "stand"
     assert {r["algo"] for r in doc["results"]} - {"any-size"} == {"sequoia", "chain",

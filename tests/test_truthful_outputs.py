@@ -124,7 +124,8 @@ def test_measured_steps_show_what_the_table_adds_to_the_formula(tmp_path: Path) 
 # ---- -o writes the file and prints one line ----------------------------------------------------
 
 
-OPTIMIZE = ("--hw", "h100", "--acceptance", "0.4,0.2,0.1", "--budget", "16")
+OPTIMIZE = ("--hw", "h100", "--target", "llama-2-7b",
+            "--acceptance", "0.4,0.2,0.1", "--budget", "16")
 
 
 @pytest.mark.parametrize("as_json", [False, True])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from specscope.atomic import write_text_atomic
 from specscope.cli.checks import Choices, DrafterOrModel, Needs, Output, Range
 from specscope.errors import InputError
+from specscope.json_out import strict_json
 from specscope.names import (
     DEFAULT_BUDGET,
     DEFAULT_DRAFT_MODEL,
@@ -67,8 +67,8 @@ WeightBits = Annotated[int | None, typer.Option(help="Target weight bits (defaul
 # simulate) takes these with these names and defaults and builds one `Deployment` from them
 # (`hw_profiles.deployment`); docs/glossary.md says what each means.
 PricedTarget = Annotated[str | None, typer.Option(
-    "--target", help="Target model from the catalogue (default: the trace's, else "
-                     "llama-2-7b).")]
+    "--target", help="Target model from the catalogue (default: the trace's when it names one; "
+                     "required otherwise: nothing is priced as a model it was not named).")]
 DraftRuntime = Annotated[str | None, typer.Option(
     "--draft-runtime", help="The draft model's runtime (default: the --engine's, else the "
                             "target's)."), Choices("specscope.names:RUNTIMES")]
@@ -196,31 +196,6 @@ def _emit(payload: dict | list, as_json: bool, output: Path | None = None,
     elif as_json:
         sys.stdout.write(text + "\n")
     return output is not None or as_json
-
-
-def strict_json(payload: Any, indent: int | None = 2) -> str:
-    """`payload` as JSON without NaN or Infinity (which are not JSON): a non-finite number is
-    an `InputError` naming where it lies ("results[2].speedup")."""
-    try:
-        return json.dumps(payload, indent=indent, allow_nan=False)
-    except ValueError:
-        where = _non_finite(payload, "") or "document"
-        raise InputError(f"the output's {where} is not a finite number; nothing was written "
-                         "(an input made it so: check the values the command was given)") from None
-
-
-def _non_finite(value: Any, where: str) -> str | None:
-    """The path of the first non-finite float in `value` (None: none)."""
-    if isinstance(value, float):
-        return where if value != value or value in (float("inf"), float("-inf")) else None
-    items = (value.items() if isinstance(value, dict)
-             else enumerate(value) if isinstance(value, list | tuple) else ())
-    for key, item in items:
-        found = _non_finite(item, f"{where}[{key}]" if isinstance(key, int)
-                            else f"{where}.{key}" if where else str(key))
-        if found:
-            return found
-    return None
 
 
 def _wrote(path: Path, summary: str, as_json: bool) -> None:

@@ -83,12 +83,15 @@ def cost(
     from specscope.models import get_model
     from specscope.models.catalogue import drafter_spec
     from specscope.names import MODEL_FREE_SOURCES
-    from specscope.optimizers.run import DEFAULT_CONTEXT, DEFAULT_TARGET
+    from specscope.optimizers.run import DEFAULT_CONTEXT
     from specscope.systems.registry import deploy
     from specscope.systems.registry import system_options as parse_system
     from specscope.tables import cost_table
 
-    setup = deployment(hw, target=target or DEFAULT_TARGET, drafter=drafter, engine=engine,
+    if target is None:
+        raise InputError("--target: cost prices a named target model; give one (a catalogue "
+                         "model, e.g. llama-3.1-8b)")
+    setup = deployment(hw, target=target, drafter=drafter, engine=engine,
                        runtime=runtime, draft_runtime=draft_runtime,
                        tree_attention=tree_attention, weight_bits=weight_bits, tp=tp,
                        draft_tp=draft_tp, stages=stages, offload=offload,

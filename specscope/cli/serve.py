@@ -72,6 +72,11 @@ def serve_bench(
                                                  "uniform:A:B or lognormal:MEDIAN:SIGMA.")
                           ] = str(DEFAULT_OUTPUT_LEN),
     slo_tpot_ms: SloTpot = None,
+    max_wall: Annotated[float | None, typer.Option(
+        "--max-wall", help="Seconds the run may take: refused before it starts when its "
+                           "estimated wall time (last arrival; prefill and decode priced on "
+                           "--hw, else cpu-2core or h100) is longer (default: the time limit)."),
+        Range(0, low_closed=False)] = None,
     hw: Annotated[str | None, typer.Option(help="Hardware profile (shipped name or TOML file) "
                                                 "SmartSpec prices its steps on.")] = None,
     threads: CpuThreads = None,
@@ -98,7 +103,8 @@ def serve_bench(
         arrival_file=arrival_file, output_len=output_len,
         max_batch=SERVED_MAX_BATCH if max_batch is None else max_batch,
         token_budget=token_budget, chunked_prefill=chunked_prefill, slo_tpot_ms=slo_tpot_ms,
-        hw=hw, seed=seed, threads=threads, runtime=Runtime.resolve(device, dtype, runtime))
+        max_wall_s=max_wall, hw=hw, seed=seed, threads=threads,
+        runtime=Runtime.resolve(device, dtype, runtime))
     _check_metrics_output(output, force)
     with _progress("serving"):
         result = run_serve_bench(request)

@@ -21,7 +21,6 @@ file written here is JSON, which YAML reads as is.
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
@@ -36,6 +35,7 @@ from specscope.interop.engine import (
     orphan,
 )
 from specscope.interop.families import best_chain, best_paths, contiguous
+from specscope.json_out import strict_json
 from specscope.tree import DEFAULT_SOURCE, Tree
 
 ENGINE = "tensorrt-llm"
@@ -81,7 +81,7 @@ def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
 def command(config: dict[str, Any], target: str) -> str:
     """The options file of `config` and the `trtllm-serve` line that reads it, every value
     shell-quoted."""
-    options = json.dumps({"speculative_config": config}, separators=(",", ":"))
+    options = strict_json({"speculative_config": config}, None, separators=(",", ":"))
     return (f"echo {shlex.quote(options)} > {OPTIONS_FILE} && trtllm-serve "
             f"{shlex.quote(target)} --extra_llm_api_options {OPTIONS_FILE}")
 

@@ -25,7 +25,6 @@ A chain needs no `speculative_token_tree` (vLLM's default is the chain of
 from __future__ import annotations
 
 import ast
-import json
 import shlex
 from typing import Any
 
@@ -40,6 +39,7 @@ from specscope.interop.engine import (
     orphan,
 )
 from specscope.interop.families import best_chain, best_levels
+from specscope.json_out import strict_json
 from specscope.tree import DEFAULT_SOURCE, Tree
 
 ENGINE = "vllm"
@@ -96,7 +96,7 @@ def command(config: dict[str, Any], target: str) -> str:
     """The `vllm serve` line of `config`, every value shell-quoted."""
     backend = (" --attention-backend TREE_ATTN" if "speculative_token_tree" in config else "")
     return (f"vllm serve {shlex.quote(target)}{backend} --speculative-config "
-            f"{shlex.quote(json.dumps(config, separators=(',', ':')))}")
+            f"{shlex.quote(strict_json(config, None, separators=(',', ':')))}")
 
 
 def parse(config: dict[str, Any], source: str = DEFAULT_SOURCE) -> Tree:

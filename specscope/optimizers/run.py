@@ -35,7 +35,6 @@ from specscope.tree import DEFAULT_SOURCE, acceptance_table
 
 ANY_SIZE = "any-size"
 """The row of the exact best tree of any size up to one --budget (`OptimizeResult.any_size`)."""
-DEFAULT_TARGET = "llama-2-7b"
 DEFAULT_DRAFTER = "llama-68m"
 DEFAULT_CONTEXT = 512
 NODE_BYTES = 15_000
@@ -49,7 +48,8 @@ from 1,000 to 16,000 nodes; 24.5 s at 16,000 nodes)."""
 @dataclass(frozen=True)
 class OptimizeRequest:
     """The options of `optimize-tree`, as given (None = default): what is deployed (its target
-    None: the trace's, else `DEFAULT_TARGET`; its drafter None: the source's draft model), and
+    None: the trace's catalogue model, else refused; its drafter None: the source's draft
+    model), and
     the acceptance, budgets and methods to compare."""
 
     deployment: Deployment
@@ -213,14 +213,17 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         )
         p = np.asarray(model.p)
         context = req.context if req.context is not None else trace.mean_context_len
-        target = dep.target or _catalogue_or(trace.target, DEFAULT_TARGET)
+        target = dep.target or _trace_target(trace, req.trace_path)
     else:
         p = acceptance_table(req.acceptance, "--acceptance")[0]
         source = req.source or DEFAULT_SOURCE  # a generic tree, whichever model drafts it
         chosen = drafting(None, source, dep.drafter, list_models())
         chosen = dataclasses.replace(chosen, drafter=chosen.drafter or DEFAULT_DRAFTER)
         context = req.context if req.context is not None else DEFAULT_CONTEXT
-        target = dep.target or DEFAULT_TARGET
+        if dep.target is None:
+            raise InputError("--target: --acceptance states no model; name the target to "
+                             "price with --target (a catalogue model, e.g. llama-3.1-8b)")
+        target = dep.target
     priced = drafter_spec(chosen.model, get_model(target), chosen.kept_layers, source)
     drafter = chosen.drafter or (priced.name if priced else NO_DRAFTER)
     priced = dep.draft_spec(priced)
@@ -275,5 +278,11 @@ def _as_deployed(req: OptimizeRequest, source: str
     return target, drafter, source, drafter.model.name
 
 
-def _catalogue_or(name: str | None, default: str) -> str:
-    return name if name in list_models() else default
+def _trace_target(trace: Trace, path: Path) -> str:
+    """The catalogue model the trace was collected with; a synthetic trace, or one collected
+    from a model the catalogue lacks, names none that can be priced, and is refused."""
+    if trace.target in list_models():
+        return trace.target
+    what = f"names target {trace.target!r}" if trace.target else "names no target model"
+    raise InputError(f"--target: {path} {what}, which the catalogue cannot price; name the "
+                     f"target to price with --target (a catalogue model, e.g. llama-3.1-8b)")

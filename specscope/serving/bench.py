@@ -5,8 +5,10 @@ Arrivals and output lengths are drawn exactly as `simulate` draws them for the s
 fixed prompt length (`build_groups` of a `WorkloadSpec`: Poisson or Gamma gaps, or an arrival
 file; `LengthDist` outputs); prompts are the prompt set's, request i taking prompt i mod its
 size, so prompt lengths are the prompts' own. Before any model runs, a run whose last arrival
-comes past the time limit is refused (`limits.check_time`: the run waits that long at least),
-and prompts whose output runs past the target's trained context are warned of
+comes past the time limit is refused (`limits.check_time`: the run waits that long at least);
+once the prompts are known, so is a run whose estimated wall time (`wall_estimate`: its prompts'
+prefill and its decode steps priced on a profile) passes `--max-wall` or the time limit; and
+prompts whose output runs past the target's trained context are warned of
 (`Session.check_context`, as every runner does). The requests are replayed in wall-clock time in
 this process by `serving.Server` over the batched target (`batch_target`: one forward for all
 rows of a Transformer, a `PerRowModel` otherwise) and per-row drafters (the `draft` drafter's
@@ -41,7 +43,7 @@ from specscope.executor.targets import Model
 from specscope.executor.threads import use_threads
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.profile import check_device_kind
-from specscope.limits import check_time
+from specscope.limits import check_time, time_limit
 from specscope.models import get_model
 from specscope.names import DEFAULT_BUDGET, DEFAULT_OUTPUT_LEN, SERVED_MAX_BATCH
 from specscope.serving.planners import in_turn, make_planner
@@ -79,6 +81,7 @@ class ServeBenchRequest:
     token_budget: int = 512
     chunked_prefill: int | None = None
     slo_tpot_ms: float | None = None
+    max_wall_s: float | None = None
     hw: str | None = None
     seed: int = 0
     threads: int | None = None
@@ -166,6 +169,7 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
     session.check_context([prompts[g.id % len(prompts)] for g in groups],
                           [g.output_tokens for g in groups], f"--prompts {req.prompts}",
                           req.output_len)
+    _check_wall(req, session, groups, [len(prompts[g.id % len(prompts)]) for g in groups])
     threads = use_threads(req.threads, session.target, session.draft)
     if shared is not None:
         shared.model.prepare(max_tree)
@@ -199,6 +203,64 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
         "sampled_steps": 0, "decode_steps": run.steps,
     }
     return ServeBenchResult(summary, requests, run.events, series, run)
+
+
+WALL_PROFILES = {"cpu": "cpu-2core", "cuda": "h100"}
+"""The profile a run's wall time is estimated on when no --hw names one, by device type."""
+
+
+@dataclass(frozen=True)
+class WallEstimate:
+    """A serving run's wall time, estimated before it starts: its last arrival, and the
+    priced work after it (`wall_estimate`)."""
+
+    last_arrival_s: float
+    prefill_s: float
+    decode_s: float
+    profile: str
+
+    @property
+    def total_s(self) -> float:
+        """At least the wait for the last arrival, at least the work: the larger."""
+        return max(self.last_arrival_s, self.prefill_s + self.decode_s)
+
+
+def wall_estimate(cost: CostModel, prompt_lens: Sequence[int], outputs: Sequence[int],
+                  last_arrival_s: float, chunk: int | None, max_batch: int) -> WallEstimate:
+    """How long serving these requests takes at least, priced by `cost`: every prompt's
+    prefill, in chunks of `chunk` tokens (whole when None) each at the context before it, one
+    after another; every output token's decode step at batch 1 at its request's mean context,
+    shared by `max_batch` rows (an optimistic share: a step of more rows costs more, and
+    speculation's steps are not counted), so the run takes at least about this long."""
+    lens, outs = np.asarray(prompt_lens), np.asarray(outputs, dtype=float)
+    prefill = 0.0
+    for length, count in zip(*np.unique(lens, return_counts=True), strict=True):
+        size = int(length) if chunk is None else chunk
+        starts = np.arange(0, int(length), size)
+        new = np.minimum(size, length - starts)
+        prefill += count * float(np.sum(cost.forward_time(1, new, starts)))
+    decode = float(np.sum(outs * cost.forward_time(1, 1, lens + outs / 2))) / max_batch
+    return WallEstimate(last_arrival_s, prefill, decode, cost.hw.name)
+
+
+def _check_wall(req: ServeBenchRequest, session: Session, groups: Sequence[Group],
+                prompt_lens: Sequence[int]) -> None:
+    """Refuse a run whose `wall_estimate` passes `--max-wall` (default: the time limit)."""
+    spec = getattr(session.target.model, "spec", None)
+    if spec is None:  # a Hugging Face adapter's model: nothing to price it with
+        return
+    profile = load_profile(req.hw or WALL_PROFILES.get(req.runtime.device.type, "h100"))
+    est = wall_estimate(CostModel(profile, spec, runtime=req.runtime.kind), prompt_lens,
+                        [g.output_tokens for g in groups], max(g.arrival_s for g in groups),
+                        req.chunked_prefill, req.max_batch)
+    limit, origin = ((req.max_wall_s, f"--max-wall {req.max_wall_s:g}")
+                     if req.max_wall_s is not None else time_limit())
+    if est.total_s > limit:
+        raise InputError(
+            f"{origin}: this run needs an estimated {est.total_s:,.0f} s of serving (last "
+            f"arrival {est.last_arrival_s:,.0f} s; prefill {est.prefill_s:,.0f} s and decode "
+            f"{est.decode_s:,.0f} s priced on {est.profile}), over the limit of {limit:,.0f} s; "
+            f"serve fewer or shorter requests, or raise --max-wall")
 
 
 def step_pricer(hw: str, target: str, draft: Model | None, source: str, runtime: Runtime

@@ -15,13 +15,13 @@ summary's `_ms` fields.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from specscope.atomic import write_atomic, write_parquet_atomic
+from specscope.json_out import strict_json
 from specscope.simulator.entities import Request
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -117,7 +117,7 @@ def write_metrics(path: str | Path, requests: pl.DataFrame, summary: dict[str, A
     metadata under `summary`), the time series and the event log beside it
     (`<stem>.timeseries.parquet`, `<stem>.events.parquet`), each atomically; the paths."""
     path = Path(path)
-    meta = {"summary": json.dumps(summary)}
+    meta = {"summary": strict_json(summary, None)}
     beside = list(zip(beside_paths(path), (series, events), strict=True))
     out = [write_atomic(p, lambda tmp, t=table: t.write_parquet(tmp)) for p, table in beside]
     return [write_parquet_atomic(path, requests, meta), *out]

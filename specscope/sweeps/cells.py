@@ -11,7 +11,6 @@ and lengths (common random numbers), so differences between cells are not sampli
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.deployment import Deployment, deployment
 from specscope.hw_profiles.engine import DEFAULT_ENGINE
+from specscope.json_out import strict_json
 from specscope.models import get_model
 from specscope.sweeps.config import (
     NO_SYSTEM,
@@ -103,7 +103,7 @@ class Cell:
             "weight_bits": self.weight_bits, "context": self.context,
             "max_depth": self.max_depth, "acceptance": self.acceptance.label, "seed": self.seed,
             "system": self.system,
-            "system_options": json.dumps(dict(self.system_options), sort_keys=True),
+            "system_options": strict_json(dict(self.system_options), None, sort_keys=True),
         }
 
 

@@ -3,8 +3,9 @@
 A trace has one row per (request, generated position, drafter source);
 docs/architecture.md#trace-schema gives the columns. Validation errors are one-line `InputError`s
 naming the file, the column and the first bad row, counted from 0 in file order. A file without
-metadata (rewritten by a tool that drops parquet key-value metadata) reads as version 1 at
-temperature 0.
+the metadata that says what it is (rewritten by a tool that drops parquet key-value metadata)
+reads as version 1 at temperature 0, with one warning saying so; its target is unnamed, so
+pricing it needs --target.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pyarrow.parquet as pq
 
 from specscope import __version__
 from specscope.atomic import write_parquet_atomic
-from specscope.errors import InputError, first_line
+from specscope.errors import InputError, first_line, warn
+from specscope.json_out import strict_json
 
 SCHEMA_VERSION = 1
 
@@ -113,6 +115,11 @@ def read_trace(path: str | Path) -> Trace:
     raw = {k.decode(): v.decode() for k, v in (parquet.metadata.metadata or {}).items()}
     metadata = {k: _decode(v) for k, v in raw.items() if not k.startswith("ARROW:")}
     validate(df, path, metadata)
+    missing = [k for k in ("schema_version", "temperature") if k not in metadata]
+    if missing:
+        warn(f"{path}: its metadata has no {' or '.join(missing)} (a tool that rewrote the file "
+             f"dropped it?): read as schema version {SCHEMA_VERSION} at temperature "
+             f"{metadata.get('temperature', 0.0):g}")
     return Trace(df, metadata, path)
 
 
@@ -125,7 +132,7 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
         "specscope_version": __version__,
     }
     validate(trace.df, path, metadata)
-    encoded = {k: json.dumps(v) for k, v in metadata.items()}
+    encoded = {k: strict_json(v, None) for k, v in metadata.items()}
     return write_parquet_atomic(path, trace.df, encoded)
 
 
