@@ -20,11 +20,15 @@ n = 1 / 8 / 16 nodes in 2.64 / 3.61 / 4.38 ms against dense 2.33 / 3.16 / 3.97, 
 token in 2.73 against 2.37. The split form is for GPUs, where a mask keeps SDPA off its flash
 kernel. The public methods run under `torch.no_grad`, except the
 training pass `forward_sequence`.
+
+A mixture-of-experts spec (n_experts > 0) gets `moe.MoEFeedForward` in its layers from
+`first_dense_layers` on and runs eager only (`step` refuses it); a dense spec builds exactly the
+modules, parameter order and random weights it always did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +49,7 @@ from specscope.models.torch.layers import (
     apply_rope,
     rope_cos_sin,
 )
+from specscope.models.torch.moe import MoEFeedForward
 from specscope.models.torch.tree_inputs import (
     chain_attention_mask,
     tree_attention_mask,
@@ -168,14 +173,16 @@ class Attention(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """Pre-norm attention and SwiGLU, each with a residual."""
+    """Pre-norm attention and feed-forward, each with a residual: the feed-forward is a SwiGLU,
+    or in an MoE spec's layers from `first_dense_layers` on a mixture of experts (`moe.py`)."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, index: int = 0) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(spec.d_model, spec.norm_eps)
         self.self_attn = Attention(spec)
         self.post_attention_layernorm = RMSNorm(spec.d_model, spec.norm_eps)
-        self.mlp = FeedForward(spec.d_model, spec.d_ff)
+        self.mlp = (MoEFeedForward(spec) if spec.moe and index >= spec.first_dense_layers
+                    else FeedForward(spec.d_model, spec.d_ff))
 
     def forward(
         self,
@@ -196,7 +203,7 @@ class Decoder(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.d_model)
-        self.layers = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
+        self.layers = nn.ModuleList(TransformerBlock(spec, i) for i in range(spec.n_layers))
         self.norm = RMSNorm(spec.d_model, spec.norm_eps)
 
 
@@ -315,8 +322,18 @@ class Transformer(CausalLM):
         every cache batch row, or of `row` only."""
         self.kv_cache.compact(committed_len, accepted_nodes, row)
 
+    @property
+    def step(self) -> Callable[..., torch.Tensor]:
+        """The static-shape step (`static_step`) that torch.compile and CUDA graphs run, asked for
+        when a runtime other than eager is chosen. A mixture of experts has none (its dispatch
+        reads the routing on the host): asking for it is refused, one `InputError` line."""
+        if self.spec.moe:
+            raise InputError(f"model {self.spec.name}: a mixture of experts runs under --runtime "
+                             f"eager only (its expert dispatch reads the routing on the host)")
+        return self.static_step
+
     @torch.no_grad()
-    def step(
+    def static_step(
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor,
