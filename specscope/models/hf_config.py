@@ -101,11 +101,15 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _family(config: dict[str, Any]) -> str | None:
-    """The model_type of the first supported entry of `architectures` (else of a supported
-    `model_type`), or None."""
-    for arch in config.get("architectures") or ():
+    """The model_type of the first supported entry of `architectures` (a config without them:
+    of a supported `model_type`), or None: architectures stated and none supported is another
+    model, whatever its model_type says."""
+    architectures = config.get("architectures") or ()
+    for arch in architectures:
         if isinstance(arch, str) and arch in MODEL_TYPES:
             return MODEL_TYPES[arch]
+    if architectures:
+        return None
     model_type = config.get("model_type")
     return model_type if isinstance(model_type, str) and model_type in ARCHITECTURES else None
 
