@@ -49,6 +49,7 @@ from specscope.models.ops import (
     ssm_state_bytes,
     weight_bytes,
 )
+from specscope.models.precision import check_kv_bits, formats
 from specscope.models.spec import ModelSpec
 
 Num = float | np.ndarray
@@ -109,6 +110,11 @@ class CostModel:
     Sequoia's and SpecInfer's offloading runs) do; with `offload_overlap` the stream runs under
     the forward's compute (layer by layer, prefetching the next), so the device takes the
     longer of the two, else they add.
+    `precision` ("bf16", "fp8", "nvfp4") is the format of the linear layers and
+    `precision_experts` (None: as `precision`) that of an MoE's routed experts; `kv_bits` 8
+    stores and reads the KV cache at 1 byte (`specscope.models.precision`). A low-precision
+    GEMM runs at the profile's fp8 or fp4 peak under the runtime's linear efficiencies;
+    measured tables (bf16 runs) are not used then.
     """
 
     def __init__(self, hw: HardwareProfile, model: ModelSpec, weight_bits: int | None = None,
@@ -116,7 +122,8 @@ class CostModel:
                  tree_attention: str = "split", act_bits: int = 16,
                  quant_lm_head: bool = True, offload: float = 0.0,
                  offload_overlap: bool = True, stages: int = 1,
-                 prompt_logits: str = "all", ep: int = 1) -> None:
+                 prompt_logits: str = "all", ep: int = 1, *, precision: str = "bf16",
+                 precision_experts: str | None = None, kv_bits: int = 16) -> None:
         bits = model.weight_bits if weight_bits is None else weight_bits
         if not 1 <= stages <= model.n_layers:
             raise InputError(f"--stages {stages}: must lie in 1..{model.n_layers} (the layers of "
@@ -129,6 +136,9 @@ class CostModel:
             raise InputError(f"profile {hw.name} has no int8 peak for 8-bit activations"
                              + (f" ([compute] int8_tops {why})" if why else ""))
         check_tp(model, tp, ep)
+        self._check_precision(hw, model, bits, act_bits, precision, precision_experts, kv_bits)
+        self.precision, self.precision_experts = precision, precision_experts
+        self.kv_bits = kv_bits
         if tp > hw.max_tp:
             raise InputError(f"tp={tp} exceeds the {hw.max_tp} devices profile {hw.name} links")
         if tree_attention not in TREE_ATTENTION:
@@ -148,6 +158,24 @@ class CostModel:
         self.act_bits, self.quant_lm_head = act_bits, quant_lm_head
         self.prompt_logits = prompt_logits
 
+    @staticmethod
+    def _check_precision(hw: HardwareProfile, model: ModelSpec, weight_bits: int, act_bits: int,
+                         precision: str, precision_experts: str | None, kv_bits: int) -> None:
+        """Refuse formats the model or profile cannot price: a low precision with weight-only
+        quantisation or 8-bit integer activations, `precision_experts` on a dense model, a
+        format whose peak the profile states as 0, a KV width other than 16 or 8."""
+        check_kv_bits(kv_bits)
+        dense, experts = formats(model, precision, precision_experts, weight_bits)
+        for what, fmt in (("--precision", dense), ("precision_experts", experts)):
+            if fmt is None:
+                continue
+            if act_bits == 8:
+                raise InputError(f"{what} {fmt.name}: 8-bit integer activations (W8A8) are "
+                                 "another format for the same GEMMs; state one")
+            if hw.peak_flops.get(fmt.peak, 0.0) <= 0:
+                raise InputError(f"{what} {fmt.name}: profile {hw.name} has no {fmt.peak} "
+                                 f"peak ([compute] {fmt.peak}_tflops is 0 or absent)")
+
     def variant(self, cls: type[CostModel], **extra: Any) -> CostModel:
         """This model, hardware, precision, tp, ep, runtime and attention as a `cls` (a
         mechanism's subclass taking `extra` keywords)."""
@@ -156,7 +184,8 @@ class CostModel:
                    tree_attention=self.tree_attention, act_bits=self.act_bits,
                    quant_lm_head=self.quant_lm_head, offload=self.offload,
                    offload_overlap=self.offload_overlap, stages=self.stages,
-                   prompt_logits=self.prompt_logits, **extra)
+                   prompt_logits=self.prompt_logits, precision=self.precision,
+                   precision_experts=self.precision_experts, kv_bits=self.kv_bits, **extra)
 
     def under(self, runtime: str | None = None, tree_attention: str | None = None,
               host_layer_ratio: float = 1.0, device_layer_ratio: float = 1.0,
@@ -197,13 +226,14 @@ class CostModel:
                            ep=self.ep,
                            shard_lm_head=self.hw.shard_lm_head,
                            quant_lm_head=self.quant_lm_head, prompt_logits=self.prompt_logits,
-                           **ssm)
+                           precision=self.precision, precision_experts=self.precision_experts,
+                           kv_bits=self.kv_bits, **ssm)
 
     def op_time(self, op: OpCost, new_tokens: Num, context_len: Num
                 ) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, compute-bound flag) of one operator of a forward of `new_tokens` per
         sequence after `context_len`, under the runtime's efficiencies."""
-        r, bandwidth, peak = self.runtime, self.hw.bandwidth, self.hw.peak_flops["bf16"]
+        r, bandwidth, peak = self.runtime, self.hw.bandwidth, self.hw.peak_flops[op.peak]
         prefill = np.asarray(context_len) == 0
         flops = np.asarray(op.flops, dtype=float)
         if op.kind == "linear":
@@ -345,7 +375,7 @@ class CostModel:
         new = np.asarray(new_tokens, dtype=float)
         roof = self.roofline_time(batch, new, context_len)
         tables = self.hw.measured_for(self.model.name, int(batch), self.weight_bits, self.tp,
-                                      self.runtime.name)
+                                      self.runtime.name) if self.bf16 else []
         if not tables:
             shape = np.shape(roof)
             source = "roofline" if not shape else np.full(shape, "roofline")
@@ -396,9 +426,22 @@ class CostModel:
         return _scalar_or_array(roof)
 
     @property
+    def bf16(self) -> bool:
+        """Whether weights, activations and KV cache are in today's 16-bit formats (what the
+        profile's measured tables ran)."""
+        return self.precision == "bf16" and self.precision_experts in (None, "bf16") \
+            and self.kv_bits == 16
+
+    @property
+    def stored_weight_bytes(self) -> float:
+        """Bytes of all the model's weights in their formats (tp = 1)."""
+        return weight_bytes(self.model, self.weight_bits, self.group_size, self.precision,
+                            self.precision_experts)
+
+    @property
     def offloaded_bytes(self) -> float:
         """Bytes of weights each device streams from host memory per forward (`offload`)."""
-        return self.offload * weight_bytes(self.model, self.weight_bits, self.group_size) / self.tp
+        return self.offload * self.stored_weight_bytes / self.tp
 
     def memory_bytes(self, batch: int, tokens: int) -> float:
         """Bytes of device-resident weights, KV cache and SSM state for `batch` sequences of
@@ -406,9 +449,9 @@ class CostModel:
         experts are stored once, split tp ways or spread over the ep groups; a latent-attention
         cache is held on every device: `kv_cache_bytes`)."""
         spec = self.model
-        cache = batch * (kv_cache_bytes(spec, tokens, self.tp) + ssm_state_bytes(spec))
-        return (1.0 - self.offload) * weight_bytes(spec, self.weight_bits, self.group_size) \
-            + cache
+        cache = batch * (kv_cache_bytes(spec, tokens, self.tp, self.kv_bits)
+                         + ssm_state_bytes(spec))
+        return (1.0 - self.offload) * self.stored_weight_bytes + cache
 
 
 def blend(memory: Num, compute: Num, b: float) -> np.ndarray:

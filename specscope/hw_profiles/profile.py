@@ -68,8 +68,9 @@ class MeasuredTable:
 class HardwareProfile:
     """One device (and the software stack its overheads were measured on), in SI units.
 
-    kind: "gpu" or "cpu"; peak_flops: dense FLOP/s by number format ("bf16", "int8", "fp8"; 0 =
-    unsupported); memory_bytes / bandwidth: device memory and its bandwidth (bytes, bytes/s);
+    kind: "gpu" or "cpu"; peak_flops: dense FLOP/s by number format ("bf16", "int8", "fp8",
+    "fp4": NVFP4 block-scaled, optional in the file; 0 = unsupported); memory_bytes /
+    bandwidth: device memory and its bandwidth (bytes, bytes/s);
     link_bandwidth: scale-up interconnect bytes/s per direction; host_link_bandwidth: the
     device's link to host memory (PCIe) bytes/s per direction, what offloaded weights stream
     over (0: not stated); runtimes: the priced runtimes and their parameters,
@@ -234,7 +235,7 @@ def _get(table: dict[str, Any], section: str, key: str, where: Path, kind: type 
 
 
 _SECTIONS: dict[str, tuple[str, ...]] = {
-    "compute": ("bf16_tflops", "int8_tops", "fp8_tflops"),
+    "compute": ("bf16_tflops", "int8_tops", "fp8_tflops", "fp4_tflops"),
     "memory": ("capacity_gb", "bandwidth_gbs"),
     "interconnect": ("link_gbs", "max_tp", "allreduce_latency_us", "shard_lm_head",
                      "host_link_gbs"),
@@ -373,6 +374,7 @@ def profile_from_data(data: dict[str, Any], path: Path) -> HardwareProfile:
             "bf16": g("compute", "bf16_tflops") * 1e12,
             "int8": g("compute", "int8_tops") * 1e12,
             "fp8": g("compute", "fp8_tflops") * 1e12,
+            "fp4": _optional(data, "compute", "fp4_tflops", path) * 1e12,
         },
         memory_bytes=g("memory", "capacity_gb") * 1e9,
         bandwidth=g("memory", "bandwidth_gbs") * 1e9,

@@ -24,6 +24,7 @@ from specscope.errors import InputError
 
 # ops imports this module: its names are read at call time, once both modules are loaded
 from specscope.models import ops
+from specscope.models import precision as prec
 from specscope.models.spec import ModelSpec
 
 Num = float | np.ndarray
@@ -95,12 +96,13 @@ def mla_kv_row(spec: ModelSpec) -> int:
 
 
 def _expert_op(op: str, count: int, tokens: Num, pairs: Num, touched: Num, d_in: int,
-               d_out: int, bpw: float, quant: bool, reduce_width: int, a2a: Num) -> ops.OpCost:
+               d_out: int, bpw: float, quant: bool, reduce_width: int, a2a: Num,
+               fmt: prec.Format | None) -> ops.OpCost:
     """One projection of the routed experts: `pairs` (token, expert) pairs of the step's
-    `tokens` through the `touched` experts of each of `count` layers; its `tokens` field is the
-    rows of one expert's GEMM, which set its efficiency."""
+    `tokens` through the `touched` experts of each of `count` layers (in `fmt` when given); its
+    `tokens` field is the rows of one expert's GEMM, which set its efficiency."""
     weights = touched * d_in * d_out
-    return ops.OpCost(
+    return prec.low_precision(ops.OpCost(
         op, count,
         flops=count * 2.0 * pairs * d_in * d_out,
         weight_bytes=count * weights * (bpw if quant else ops.ACT_BYTES),
@@ -110,13 +112,15 @@ def _expert_op(op: str, count: int, tokens: Num, pairs: Num, touched: Num, d_in:
         reduce_bytes=tokens * reduce_width * ops.ACT_BYTES,
         a2a_bytes=a2a,
         kind="linear",
-    )
+    ), fmt, pairs, weights, touched, d_in, d_out)
 
 
 def moe_ops(spec: ModelSpec, count: int, tokens: Num, tp: int, ep: int, bpw: float,
-            quant: bool) -> list[ops.OpCost]:
+            quant: bool, fmt: prec.Format | None = None,
+            expert_fmt: prec.Format | None = None) -> list[ops.OpCost]:
     """Norm, router, shared experts and routed experts of `count` MoE layers for the step's
-    `tokens`, per device (placement: module docstring).
+    `tokens`, per device (placement: module docstring); the shared experts in `fmt`, the
+    routed ones in `expert_fmt`, the router at 16 bits.
 
     A device reads the weights of its share of the expected touched experts
     (`expected_experts`(E, k, tokens) / ep, uniform routing) and runs its share of the
@@ -135,54 +139,57 @@ def moe_ops(spec: ModelSpec, count: int, tokens: Num, tp: int, ep: int, bpw: flo
            ops.linear_op("router", count, tokens, d, spec.n_experts, bpw, False)]
     if spec.d_shared:
         shared = spec.d_shared // tp
-        out += [ops.linear_op("shared_gate_up", count, tokens, d, 2 * shared, bpw, quant),
+        out += [ops.linear_op("shared_gate_up", count, tokens, d, 2 * shared, bpw, quant,
+                              fmt=fmt),
                 ops.linear_op("shared_down", count, tokens, shared, d, bpw, quant,
-                              reduce_width=0 if routed_reduce else d)]
+                              reduce_width=0 if routed_reduce else d, fmt=fmt)]
     return [
         *out,
         _expert_op("expert_gate_up", count, tokens, pairs, touched, d, 2 * width, bpw, quant,
-                   0, a2a),
+                   0, a2a, expert_fmt),
         _expert_op("expert_down", count, tokens, pairs, touched, width, d, bpw, quant,
-                   routed_reduce, a2a),
+                   routed_reduce, a2a, expert_fmt),
     ]
 
 
 def mla_ops(spec: ModelSpec, count: int, batch: Num, new: Num, tp: int, bpw: float,
-            quant: bool) -> list[ops.OpCost]:
+            quant: bool, fmt: prec.Format | None = None) -> list[ops.OpCost]:
     """Norm and projections of `count` latent-attention layers, per device (the score op is
     `mla_attention`): the q path (through the q_lora_rank bottleneck when there is one), the
     kv down-projection to latent + rope key (both replicated under tp, as vLLM does), the kv
     up-projection absorbed into the query and the output (W_UK turns each head's nope query
     into a latent one, W_UV each head's latent output into its values: the same FLOPs and
-    weights as kv_b_proj on the step's tokens), and o_proj."""
+    weights as kv_b_proj on the step's tokens), and o_proj; the projections in `fmt`."""
     d, c, rope, nope = spec.d_model, spec.kv_lora_rank, spec.qk_rope_head_dim, \
         spec.qk_nope_head_dim
     heads, q_rank = spec.n_heads // tp, spec.q_lora_rank
     tokens = batch * new
     out = [ops.norm_op("attn_norm", count, tokens, d)]
     if q_rank:
-        out += [ops.linear_op("q_a_proj", count, tokens, d, q_rank, bpw, quant),
+        out += [ops.linear_op("q_a_proj", count, tokens, d, q_rank, bpw, quant, fmt=fmt),
                 ops.norm_op("q_a_norm", count, tokens, q_rank),
                 ops.linear_op("q_b_proj", count, tokens, q_rank, heads * (nope + rope), bpw,
-                              quant)]
+                              quant, fmt=fmt)]
     else:
-        out.append(ops.linear_op("q_proj", count, tokens, d, heads * (nope + rope), bpw, quant))
+        out.append(ops.linear_op("q_proj", count, tokens, d, heads * (nope + rope), bpw, quant,
+                                 fmt=fmt))
     absorbed = ops.linear_op("kv_b_absorbed", count, tokens, c, heads * (nope + spec.v_head_dim),
-                             bpw, quant)
+                             bpw, quant, fmt=fmt)
     return [
         *out,
-        ops.linear_op("kv_a_proj", count, tokens, d, c + rope, bpw, quant),
+        ops.linear_op("kv_a_proj", count, tokens, d, c + rope, bpw, quant, fmt=fmt),
         ops.norm_op("kv_a_norm", count, tokens, c),
         dataclasses.replace(absorbed, act_bytes=count * tokens * heads * (
             nope + 2 * c + spec.v_head_dim) * ops.ACT_BYTES),
         ops.linear_op("o_proj", count, tokens, heads * spec.v_head_dim, d, bpw, quant,
-                      reduce_width=d),
+                      reduce_width=d, fmt=fmt),
     ]
 
 
 def mla_attention(spec: ModelSpec, op: str, count: int, batch: Num, new: Num, context: Num,
-                  keys: Num, tp: int) -> ops.OpCost:
-    """Scores, softmax and weighted sum of `count` latent-attention layers over `keys` keys.
+                  keys: Num, tp: int, kv_bits: int = 16) -> ops.OpCost:
+    """Scores, softmax and weighted sum of `count` latent-attention layers over `keys` keys,
+    the cache at `kv_bits` an element.
 
     Decode and verification (context > 0) run the absorbed form, as vLLM's and SGLang's
     FlashMLA kernels do: per head, the scores span latent + rope dimensions and the output the
@@ -200,5 +207,6 @@ def mla_attention(spec: ModelSpec, op: str, count: int, batch: Num, new: Num, co
                       flops=count * batch * heads * new * keys * (per_key + 5.0),
                       weight_bytes=0.0,
                       act_bytes=count * tokens * heads * (2 * c + rope) * ops.ACT_BYTES,
-                      kv_bytes=count * batch * (keys + new) * mla_kv_row(spec), tokens=tokens,
+                      kv_bytes=count * batch * (keys + new) * mla_kv_row(spec) * kv_bits / 16,
+                      tokens=tokens,
                       kind="attention")

@@ -14,7 +14,8 @@ array (broadcast together), so t(n) for n = 1..768 is one call.
 
 Mixture-of-experts feed-forwards (their expert reads growing with the step's tokens, expert
 parallelism `ep`) and multi-head latent attention are `moe_ops`' rows. Sliding-window layers
-attend to, and read the KV of, at most `sliding_window` + new keys.
+attend to, and read the KV of, at most `sliding_window` + new keys. FP8 and NVFP4 linear
+layers and an 8-bit KV cache: `specscope.models.precision`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.models import moe_ops
+from specscope.models import precision as prec
 from specscope.models.spec import ModelSpec
 
 ACT_BYTES = 2
@@ -58,7 +60,8 @@ class OpCost:
     a2a_bytes: bytes the device sends in the op's all-to-all in each layer (expert
     parallelism's dispatch into the routed experts, combine out of them); kind:
     the operator class whose efficiencies a runtime prices it with ("linear", "attention",
-    or "other": norms, embedding, SSM conv and scan, state copies).
+    or "other": norms, embedding, SSM conv and scan, state copies); peak: the `peak_flops` key
+    its FLOPs run at ("fp8", "fp4" for a low-precision GEMM: `specscope.models.precision`).
     Numeric fields are scalars or arrays that broadcast with the forward's arguments.
     """
 
@@ -73,6 +76,7 @@ class OpCost:
     reduce_bytes: Num = 0.0
     kind: str = "other"
     a2a_bytes: Num = 0.0
+    peak: str = "bf16"
 
     @property
     def bytes(self) -> Num:
@@ -148,9 +152,11 @@ def active_param_count(spec: ModelSpec) -> int:
         spec.d_expert
 
 
-def weight_bytes(spec: ModelSpec, weight_bits: int = 16, group_size: int = 128) -> float:
-    """Bytes of all weights stored on one device at `weight_bits` (tp = 1); an MoE's router
-    stays 16-bit."""
+def weight_bytes(spec: ModelSpec, weight_bits: int = 16, group_size: int = 128,
+                 precision: str = "bf16", precision_experts: str | None = None) -> float:
+    """Bytes of all weights stored on one device at `weight_bits` (tp = 1), or with the linear
+    layers and routed experts at `precision` and `precision_experts` (NVFP4's 4-byte scale per
+    matrix left out); an MoE's router stays 16-bit, and so does the lm_head at a precision."""
     bpw = bytes_per_weight(weight_bits, group_size)
     d, v = spec.d_model, spec.vocab_size
     n_attn, n_ssm, n_mlp = _n_layers(spec)
@@ -164,31 +170,37 @@ def weight_bytes(spec: ModelSpec, weight_bits: int = 16, group_size: int = 128) 
     if not spec.tie_embeddings:
         linear += v * d
     other = param_count(spec) - linear
-    return linear * bpw + other * ACT_BYTES
+    dense, experts = prec.formats(spec, precision, precision_experts, weight_bits)
+    if dense is None and experts is None:
+        return linear * bpw + other * ACT_BYTES
+    routed = moe_ops.moe_layers(spec) * 3 * d * spec.n_experts * spec.d_expert
+    head = 0 if spec.tie_embeddings else v * d
+    return (linear - routed - head) * (dense.weight_bytes if dense else ACT_BYTES) + routed * (
+        experts.weight_bytes if experts else ACT_BYTES) + (other + head) * ACT_BYTES
 
 
-def _kv_row(spec: ModelSpec, tp: int = 1) -> float:
+def _kv_row(spec: ModelSpec, tp: int = 1, kv_bits: int = 16) -> float:
     """KV-cache bytes of one token in one attention layer on one device: keys and values of
     its KV heads, or latent attention's latent and rope key (replicated, not split, by tp)."""
     if spec.mla:
-        return moe_ops.mla_kv_row(spec)
-    return 2 * -(-spec.n_kv_heads // tp) * spec.head_dim * ACT_BYTES
+        return moe_ops.mla_kv_row(spec) * kv_bits / 16
+    return 2 * -(-spec.n_kv_heads // tp) * spec.head_dim * ACT_BYTES * kv_bits / 16
 
 
-def kv_bytes_per_token(spec: ModelSpec) -> float:
+def kv_bytes_per_token(spec: ModelSpec, kv_bits: int = 16) -> float:
     """KV-cache bytes one token adds across the full-attention layers (one sequence, tp = 1):
     keys and values per KV head, or latent attention's latent and rope key. A sliding-window
     layer's cache stops growing at `sliding_window` tokens, so it is not counted here;
     `kv_cache_bytes` holds both."""
-    return (_n_layers(spec)[0] - _n_sliding(spec)) * _kv_row(spec)
+    return (_n_layers(spec)[0] - _n_sliding(spec)) * _kv_row(spec, kv_bits=kv_bits)
 
 
-def kv_cache_bytes(spec: ModelSpec, tokens: int, tp: int = 1) -> float:
+def kv_cache_bytes(spec: ModelSpec, tokens: int, tp: int = 1, kv_bits: int = 16) -> float:
     """KV-cache bytes of one sequence of `tokens` tokens over all `tp` devices: the full
     layers' per-token bytes, each sliding-window layer's at most `sliding_window` tokens; a
     latent-attention cache is held whole on every device (vLLM replicates it under tp)."""
-    sliding = _n_sliding(spec) * _kv_row(spec) * min(tokens, spec.sliding_window)
-    return (tokens * kv_bytes_per_token(spec) + sliding) * (tp if spec.mla else 1)
+    sliding = _n_sliding(spec) * _kv_row(spec, kv_bits=kv_bits) * min(tokens, spec.sliding_window)
+    return (tokens * kv_bytes_per_token(spec, kv_bits) + sliding) * (tp if spec.mla else 1)
 
 
 def ssm_state_bytes(spec: ModelSpec) -> float:
@@ -233,10 +245,11 @@ def check_ep(spec: ModelSpec, ep: int, tp: int) -> None:
 
 
 def linear_op(op: str, count: int, tokens: Num, d_in: int, d_out: int, bpw: float, quant: bool,
-            reduce_width: int = 0) -> OpCost:
-    """A dense projection d_in → d_out applied to `tokens` tokens in each of `count` layers."""
+            reduce_width: int = 0, fmt: prec.Format | None = None) -> OpCost:
+    """A dense projection d_in → d_out applied to `tokens` tokens in each of `count` layers
+    (in low-precision format `fmt` when given)."""
     weights = d_in * d_out
-    return OpCost(
+    return prec.low_precision(OpCost(
         op, count,
         flops=count * 2.0 * tokens * weights,
         weight_bytes=count * weights * (bpw if quant else ACT_BYTES),
@@ -245,7 +258,7 @@ def linear_op(op: str, count: int, tokens: Num, d_in: int, d_out: int, bpw: floa
         tokens=tokens,
         reduce_bytes=tokens * reduce_width * ACT_BYTES,
         kind="linear",
-    )
+    ), fmt, tokens, weights, 1, d_in, d_out)
 
 
 def norm_op(op: str, count: int, tokens: Num, width: int) -> OpCost:
@@ -256,7 +269,7 @@ def norm_op(op: str, count: int, tokens: Num, width: int) -> OpCost:
 
 
 def _attention_ops(spec: ModelSpec, count: int, batch: Num, new: Num, context: Num, tp: int,
-                   bpw: float, quant: bool) -> list[OpCost]:
+                   bpw: float, quant: bool, fmt: prec.Format | None, kv_bits: int) -> list[OpCost]:
     """Norm, q/k/v projection, scores+softmax+AV, output projection (latent attention's rows
     come from `moe_ops`). Full layers attend to context + new keys; sliding-window layers to at
     most sliding_window + new, and read that much KV."""
@@ -268,25 +281,26 @@ def _attention_ops(spec: ModelSpec, count: int, batch: Num, new: Num, context: N
               ("sliding_attention", n_sliding,
                np.minimum(context + new, spec.sliding_window + new))]
     if spec.mla:
-        *projections, o_proj = moe_ops.mla_ops(spec, count, batch, new, tp, bpw, quant)
-        return [*projections, *(moe_ops.mla_attention(spec, op, n, batch, new, context, keys, tp)
-                                for op, n, keys in scores if n), o_proj]
-    kv_row = _kv_row(spec, tp)
+        *projections, o_proj = moe_ops.mla_ops(spec, count, batch, new, tp, bpw, quant, fmt)
+        return [*projections, *(moe_ops.mla_attention(spec, op, n, batch, new, context, k, tp,
+                                                       kv_bits) for op, n, k in scores if n),
+                o_proj]
+    kv_row = _kv_row(spec, tp, kv_bits)
     return [
         norm_op("attn_norm", count, tokens, d),
-        linear_op("qkv_proj", count, tokens, d, (heads + 2 * kv) * hd, bpw, quant),
+        linear_op("qkv_proj", count, tokens, d, (heads + 2 * kv) * hd, bpw, quant, fmt=fmt),
         *(OpCost(op, n,
                  flops=n * batch * heads * new * keys * (4.0 * hd + 5.0),
                  weight_bytes=0.0,
                  act_bytes=n * 2.0 * tokens * heads * hd * ACT_BYTES,
                  kv_bytes=n * batch * (keys + new) * kv_row, tokens=tokens, kind="attention")
           for op, n, keys in scores if n),
-        linear_op("o_proj", count, tokens, heads * hd, d, bpw, quant, reduce_width=d),
+        linear_op("o_proj", count, tokens, heads * hd, d, bpw, quant, reduce_width=d, fmt=fmt),
     ]
 
 
 def _ssm_ops(spec: ModelSpec, count: int, seqs: Num, seq_len: Num, chunk: Num, tp: int,
-             bpw: float, quant: bool) -> list[OpCost]:
+             bpw: float, quant: bool, fmt: prec.Format | None) -> list[OpCost]:
     """Norm, in_proj, causal conv, SSD (chunk-quadratic + state passing), gated norm, out_proj.
 
     `seqs` sequences of `seq_len` tokens each; the SSD's quadratic work spans `chunk` tokens.
@@ -301,7 +315,7 @@ def _ssm_ops(spec: ModelSpec, count: int, seqs: Num, seq_len: Num, chunk: Num, t
     scan_flops = tokens * (chunk * (2.0 * g * n + 2.0 * inner + h) + 4.0 * inner * n)
     return [
         norm_op("ssm_norm", count, tokens, d),
-        linear_op("ssm_in_proj", count, tokens, d, 2 * inner + 2 * g * n + h, bpw, quant),
+        linear_op("ssm_in_proj", count, tokens, d, 2 * inner + 2 * g * n + h, bpw, quant, 0, fmt),
         OpCost("ssm_conv", count, flops=count * 2.0 * tokens * conv * k,
                weight_bytes=count * conv * (k + 1) * ACT_BYTES,
                act_bytes=count * 2.0 * tokens * conv * ACT_BYTES,
@@ -311,7 +325,7 @@ def _ssm_ops(spec: ModelSpec, count: int, seqs: Num, seq_len: Num, chunk: Num, t
                act_bytes=count * tokens * (2 * inner + 2 * g * n + h) * ACT_BYTES,
                kv_bytes=count * 2.0 * seqs * state, tokens=tokens),
         norm_op("ssm_gate_norm", count, tokens, inner),
-        linear_op("ssm_out_proj", count, tokens, inner, d, bpw, quant, reduce_width=d),
+        linear_op("ssm_out_proj", count, tokens, inner, d, bpw, quant, d, fmt),
     ]
 
 
@@ -331,6 +345,9 @@ def forward_ops(
     depth: Num | None = None,
     leaves: Num | None = None,
     prompt_logits: str = "all",
+    precision: str = "bf16",
+    precision_experts: str | None = None,
+    kv_bits: int = 16,
 ) -> list[OpCost]:
     """The operator table of one forward, per device (see the module docstring).
 
@@ -339,9 +356,12 @@ def forward_ops(
     chain (SSD chunks of 256); "stree": one tree-masked SSD pass over all new tokens; "naive":
     every root-to-leaf path unrolled, `leaves` sequences of `depth` + 1 tokens per batch item,
     plus one state copy per leaf. `prompt_logits` (`PROMPT_LOGITS`): "last" runs a prompt's
-    lm_head on one token per sequence.
+    lm_head on one token per sequence. `precision`, `precision_experts` and `kv_bits`: the
+    formats of the linear layers, routed experts and KV cache (`specscope.models.precision`).
     """
     bpw = bytes_per_weight(weight_bits, group_size)
+    fmt, expert_fmt = prec.formats(spec, precision, precision_experts, weight_bits)
+    prec.check_kv_bits(kv_bits)
     check_tp(spec, tp, ep)
     if ssm_verify not in (None, *SSM_VERIFY):
         raise InputError(f"ssm_verify {ssm_verify!r} is not one of {list(SSM_VERIFY)}")
@@ -356,7 +376,7 @@ def forward_ops(
                   weight_bytes=np.minimum(tokens, v) * d * ACT_BYTES,
                   act_bytes=tokens * d * ACT_BYTES, tokens=tokens)]
     if n_attn:
-        ops += _attention_ops(spec, n_attn, batch, new, context, tp, bpw, quant)
+        ops += _attention_ops(spec, n_attn, batch, new, context, tp, bpw, quant, fmt, kv_bits)
     if n_ssm:
         seqs, seq_len, chunk = batch, new, np.minimum(new, SSD_CHUNK)
         if ssm_verify == "stree":
@@ -366,7 +386,7 @@ def forward_ops(
                 raise InputError("naive SSM verification needs the tree's depth and leaves")
             seqs = batch * np.asarray(leaves, dtype=float)
             seq_len = chunk = np.asarray(depth, dtype=float) + 1
-        ops += _ssm_ops(spec, n_ssm, seqs, seq_len, chunk, tp, bpw, quant)
+        ops += _ssm_ops(spec, n_ssm, seqs, seq_len, chunk, tp, bpw, quant, fmt)
         if ssm_verify == "naive":
             per_seq = ssm_state_bytes(spec) / n_ssm / tp
             ops.append(OpCost("ssm_state_copy", n_ssm, flops=0.0, weight_bytes=0.0,
@@ -375,11 +395,12 @@ def forward_ops(
         ff = spec.d_ff // tp
         ops += [
             norm_op("mlp_norm", n_mlp, tokens, d),
-            linear_op("mlp_gate_up", n_mlp, tokens, d, 2 * ff, bpw, quant),
-            linear_op("mlp_down", n_mlp, tokens, ff, d, bpw, quant, reduce_width=d),
+            linear_op("mlp_gate_up", n_mlp, tokens, d, 2 * ff, bpw, quant, fmt=fmt),
+            linear_op("mlp_down", n_mlp, tokens, ff, d, bpw, quant, reduce_width=d, fmt=fmt),
         ]
     if spec.moe:
-        ops += moe_ops.moe_ops(spec, moe_ops.moe_layers(spec), tokens, tp, ep, bpw, quant)
+        ops += moe_ops.moe_ops(spec, moe_ops.moe_layers(spec), tokens, tp, ep, bpw, quant,
+                               fmt, expert_fmt)
     vocab = -(-v // tp) if shard_lm_head else v
     logits = np.where((context == 0) & (prompt_logits == "last"), batch, tokens)
     ops += [
