@@ -133,3 +133,29 @@ def test_cost_shows_the_expert_coverage_growth(cli: Cli) -> None:
     assert dense1[-1] / dense1[0] < 1.15
     growth32 = [b / a for a, b in itertools.pairwise(moe32)]
     assert growth32[-1] < (moe1[-1] / moe1[-2])  # coverage saturates at batch 32
+
+
+def test_expert_parallelism_and_formats_reach_every_pricing_command(cli: Cli) -> None:
+    """--ep 1 and bf16 are the defaults exactly; fp8 fits DeepSeek-V3 on eight H200s where bf16
+    does not; an FP8 KV cache holds less; a seed system refuses the plain target's formats."""
+    base = ("--hw", "h200", "--target", "mixtral-8x7b", "--tp", "2")
+    for command in (("cost", *base), ("optimize-tree", *base, "--acceptance", "0.6,0.2",
+                                      "--budget", "8", "--algo", "chain"),
+                    ("simulate", *base, "--acceptance", "0.6", "--drafter", "ngram", "--rate",
+                     "1", "--requests", "4", "--seed", "0")):
+        plain = _json(cli, *command)
+        _same(plain, _json(cli, *command, "--ep", "1", "--precision", "bf16", "--kv-bits", "16"))
+        assert _numbers(plain) != _numbers(_json(cli, *command, "--ep", "2",
+                                                 "--precision", "fp8"))
+    v3 = ("cost", "--hw", "h200", "--target", "deepseek-v3", "--tp", "8")
+    assert not _json(cli, *v3)["fits"] and _json(cli, *v3, "--precision", "fp8")["fits"]
+    kv16 = _json(cli, *v3, "--precision", "fp8", "--batch", "64", "--context", "8192")
+    kv8 = _json(cli, *v3, "--precision", "fp8", "--batch", "64", "--context", "8192",
+                "--kv-bits", "8")
+    assert kv8["memory_gb"] < kv16["memory_gb"]
+    refused(cli("optimize-tree", "--hw", "h100", "--target", "llama-3.1-8b", "--system", "head",
+                "--acceptance", "0.6", "--budget", "4", "--precision", "fp8"),
+            "--precision", "--system head")
+    refused(cli(*v3, "--ep", "3"), "--ep")
+    refused(cli("cost", "--hw", "h100", "--target", "llama-3.1-8b", "--precision", "nvfp4"),
+            "--precision nvfp4", "h100")

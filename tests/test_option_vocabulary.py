@@ -82,7 +82,14 @@ CONCEPTS = (
     Concept("--draft-window", ("--draft-context", "--window")),
     Concept("--draft-vocab", ("--draft-vocab-size",)),
     Concept("--device", ("--devices",), ("specscope.names:DEVICES",)),
-    Concept("--dtype", ("--precision",), ("specscope.names:DTYPE_NAMES",)),
+    Concept("--dtype", ("--torch-dtype",), ("specscope.names:DTYPE_NAMES",)),
+    # what a real run computes in (--dtype) is not the number format a target is priced in
+    Concept("--precision", ("--quantization", "--quant", "--number-format"),
+            ("specscope.models.precision:PRECISIONS",)),
+    Concept("--expert-precision", ("--moe-precision", "--experts-precision"),
+            ("specscope.models.precision:PRECISIONS",)),
+    Concept("--kv-bits", ("--kv-cache-dtype", "--kv-dtype")),
+    Concept("--ep", ("--expert-parallel",)),
     Concept("--threads", ("--num-threads", "--cpu-threads", "--nthreads")),
     # the tree and the load
     Concept("--budget", ("--tree-size", "--size", "--nodes", "--tree-budget")),
@@ -151,7 +158,7 @@ FAMILIES = {
 DEPLOYMENT = ("--target", "--drafter", "--engine", "--runtime", "--draft-runtime",
               "--tree-attention", "--weight-bits", "--tp", "--draft-tp", "--stages",
               "--draft-window", "--draft-vocab", "--batch", "--max-batch", "--prompt-len",
-              "--output-len")
+              "--output-len", "--ep", "--precision", "--expert-precision", "--kv-bits")
 """The deployment option group every pricing command takes."""
 
 

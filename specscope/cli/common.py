@@ -46,6 +46,22 @@ Offload = Annotated[float, typer.Option(
     "--offload", help="Fraction of the target's weights kept in host memory and streamed over "
                       "the profile's host link every forward (docs/hardware.md#weight-"
                       "offloading)."), Range(0, 1)]
+ExpertParallel = Annotated[int, typer.Option(
+    "--ep", min=1, help="Expert-parallel degree of an MoE target: its experts spread over groups "
+                        "of the --tp devices (--ep = --tp: vLLM's --enable-expert-parallel), "
+                        "tokens dispatched and combined by all-to-alls on the profile's link.")]
+Precision = Annotated[str, typer.Option(
+    "--precision", help="Number format of the target's linear layers: bf16, fp8 (128-blocks "
+                        "scaled, on the FP8 tensor cores) or nvfp4 (16-blocks, Blackwell's FP4 "
+                        "peak); attention, norms and the LM head stay 16-bit."),
+    Choices("specscope.models.precision:PRECISIONS")]
+ExpertPrecision = Annotated[str | None, typer.Option(
+    "--expert-precision", help="Number format of an MoE target's routed experts alone "
+                               "(default: --precision), e.g. nvfp4 experts beside fp8 layers."),
+    Choices("specscope.models.precision:PRECISIONS")]
+KvBits = Annotated[int, typer.Option(
+    "--kv-bits", help="Bits per KV-cache element: 16, or 8 (an FP8 KV cache: half the cache "
+                      "and its reads)."), Choices("specscope.models.precision:KV_BITS")]
 TensorParallel = Annotated[int, typer.Option(min=1, help="Tensor-parallel degree of the "
                                                          "target.")]
 TreeAttention = Annotated[str | None, typer.Option(

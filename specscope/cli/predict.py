@@ -17,11 +17,15 @@ from specscope.cli.common import (
     DraftVocab,
     DraftWindow,
     EngineName,
+    ExpertParallel,
+    ExpertPrecision,
     ExportMethod,
     Force,
     Hw,
     Images,
+    KvBits,
     Offload,
+    Precision,
     PricedDrafter,
     PricedRuntime,
     PricedTarget,
@@ -57,6 +61,10 @@ def cost(
     context: Context = None,
     weight_bits: WeightBits = None,
     tp: TensorParallel = 1,
+    ep: ExpertParallel = 1,
+    precision: Precision = "bf16",
+    expert_precision: ExpertPrecision = None,
+    kv_bits: KvBits = 16,
     draft_tp: DraftTp = None,
     stages: Stages = 1,
     draft_window: DraftWindow = None,
@@ -95,7 +103,10 @@ def cost(
                        runtime=runtime, draft_runtime=draft_runtime,
                        tree_attention=tree_attention, weight_bits=weight_bits, tp=tp,
                        draft_tp=draft_tp, stages=stages, offload=offload,
-                       draft_window=draft_window, draft_vocab=draft_vocab, batch=batch)
+                       draft_window=draft_window, draft_vocab=draft_vocab, batch=batch,
+                       ep=ep, precision=precision, expert_precision=expert_precision,
+                       kv_bits=kv_bits)
+    setup.check_system(system)
     options = parse_system(system, system_options)
     context = DEFAULT_CONTEXT if context is None else context
     draft_model = None if drafter in (None, *MODEL_FREE_SOURCES) else drafter
@@ -103,9 +114,7 @@ def cost(
         if images:
             raise InputError("--images needs --system")
         profile, spec = load_profile(hw), get_model(setup.target)
-        cm = CostModel(profile, spec, weight_bits=weight_bits, tp=tp, group_size=group_size,
-                       runtime=runtime, tree_attention=setup.tree_attention, offload=offload,
-                       stages=stages)
+        cm = setup.target_cost(profile, spec, group_size=group_size)
         draft = setup.draft_spec(drafter_spec(draft_model, spec))
         drafts = None if draft is None else CostModel(profile, draft, runtime=runtime,
                                                       tp=setup.draft_tp)
@@ -165,6 +174,10 @@ def optimize_tree(
     batch: StaticBatch = 1,
     weight_bits: WeightBits = None,
     tp: TensorParallel = 1,
+    ep: ExpertParallel = 1,
+    precision: Precision = "bf16",
+    expert_precision: ExpertPrecision = None,
+    kv_bits: KvBits = 16,
     draft_tp: DraftTp = None,
     stages: Stages = 1,
     draft_window: DraftWindow = None,
@@ -226,7 +239,9 @@ def optimize_tree(
                        draft_runtime=draft_runtime, tree_attention=tree_attention,
                        weight_bits=weight_bits, tp=tp, draft_tp=draft_tp, stages=stages,
                        offload=offload, draft_window=draft_window, draft_vocab=draft_vocab,
-                       batch=batch, max_batch=max_batch)
+                       batch=batch, max_batch=max_batch,
+                       ep=ep, precision=precision, expert_precision=expert_precision,
+                       kv_bits=kv_bits)
     request = OptimizeRequest(
         deployment=setup,
         trace_path=trace,
@@ -305,6 +320,7 @@ def _deployed(system: str, setup: Deployment, options: dict) -> Deployed:
 
     if setup.target is None:
         raise InputError("--system deploys its models around a named --target; pass one")
+    setup.check_system(system)
     draft = None if setup.drafter in (None, *MODEL_FREE_SOURCES) else setup.drafter
     costs = deploy(system, setup.hw, str(setup.target), draft=draft,
                    weight_bits=setup.weight_bits, tp=setup.tp, runtime=setup.runtime,

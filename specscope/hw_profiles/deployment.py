@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from specscope.errors import InputError
+from specscope.hw_profiles.cost import CostModel
 from specscope.hw_profiles.engine import DEFAULT_ENGINE, Engine, load_engine
+from specscope.hw_profiles.profile import HardwareProfile
 from specscope.models.spec import ModelSpec
 
 TREE_ATTENTION_DEFAULT = "split"
@@ -47,7 +50,9 @@ class Deployment:
     (`cost.TREE_ATTENTION`);
     draft_tp: the draft model's devices; max_batch: the server's limit as stated (None:
     `max_batch_for`); stated: which of tree_attention and draft_tp the options gave (a stated
-    tree attention applies without an engine too; a stated draft tp needs a draft model)."""
+    tree attention applies without an engine too; a stated draft tp needs a draft model); ep:
+    the target's expert-parallel degree; precision / expert_precision / kv_bits: the target's
+    number formats (`specscope.models.precision`)."""
 
     hw: str
     target: str | ModelSpec | None = None
@@ -68,6 +73,10 @@ class Deployment:
     batch: int = 1
     max_batch: int | None = None
     stated: frozenset[str] = frozenset()
+    ep: int = 1
+    precision: str = "bf16"
+    expert_precision: str | None = None
+    kv_bits: int = 16
 
     @property
     def engine_name(self) -> str | None:
@@ -80,6 +89,25 @@ class Deployment:
         if self.max_batch is not None:
             return self.max_batch
         return None if self.engine is None else self.engine.default_batch(speculating)
+
+    def target_cost(self, profile: HardwareProfile, spec: ModelSpec, **extra: Any) -> CostModel:
+        """The target's cost model as deployed: its weights, runtime, tree attention, devices
+        (tp, stages, ep), offloading and number formats; `extra` adds CostModel's other
+        options (group_size)."""
+        return CostModel(profile, spec, weight_bits=self.weight_bits, runtime=self.runtime,
+                         tree_attention=self.tree_attention, offload=self.offload, tp=self.tp,
+                         stages=self.stages, ep=self.ep, precision=self.precision,
+                         precision_experts=self.expert_precision, kv_bits=self.kv_bits, **extra)
+
+    def check_system(self, system: str | None) -> None:
+        """Refuse expert parallelism or number formats beside a seed `system`, which deploys
+        its own models (16-bit, no expert parallelism)."""
+        stated = [o for o, v in (("--ep", self.ep > 1), ("--precision", self.precision != "bf16"),
+                                 ("--expert-precision", self.expert_precision),
+                                 ("--kv-bits", self.kv_bits != 16)) if v]
+        if system is not None and stated:
+            raise InputError(f"{stated[0]} prices the plain target; --system {system} deploys "
+                             "its own models (16-bit, no expert parallelism)")
 
     def draft_spec(self, spec: ModelSpec | None) -> ModelSpec | None:
         """The priced draft model `spec` (None: the source drafts without one) with the draft
@@ -113,7 +141,9 @@ def deployment(hw: str, *, target: str | ModelSpec | None = None, drafter: str |
                baseline_engine: str | None = None, weight_bits: int | None = None, tp: int = 1,
                draft_tp: int | None = None, stages: int = 1, offload: float = 0.0,
                draft_window: int | None = None, draft_vocab: int | None = None,
-               batch: int = 1, max_batch: int | None = None) -> Deployment:
+               batch: int = 1, max_batch: int | None = None, ep: int = 1,
+               precision: str = "bf16", expert_precision: str | None = None,
+               kv_bits: int = 16) -> Deployment:
     """The `Deployment` of these options, every engine-implied setting resolved here:
 
     - an engine (or, without one, a stated baseline engine, which needs specscope's own engine
@@ -132,7 +162,8 @@ def deployment(hw: str, *, target: str | ModelSpec | None = None, drafter: str |
     """
     for option, value in (("--batch", batch), ("--tp", tp), ("--stages", stages),
                           ("--draft-window", draft_window), ("--draft-tp", draft_tp),
-                          ("--draft-vocab", draft_vocab), ("--max-batch", max_batch)):
+                          ("--draft-vocab", draft_vocab), ("--max-batch", max_batch),
+                          ("--ep", ep)):
         if value is not None and value < 1:
             raise InputError(f"{option} must be ≥ 1, got {value}")
     if not 0 <= offload <= 1:
@@ -162,7 +193,8 @@ def deployment(hw: str, *, target: str | ModelSpec | None = None, drafter: str |
                       weight_bits=weight_bits,
                       tp=tp, draft_tp=draft_tp or (tp if sharded else 1), stages=stages,
                       offload=offload, draft_window=draft_window, draft_vocab=draft_vocab,
-                      batch=batch, max_batch=max_batch,
+                      batch=batch, max_batch=max_batch, ep=ep, precision=precision,
+                      expert_precision=expert_precision, kv_bits=kv_bits,
                       stated=frozenset(k for k, v in (("tree_attention", tree_attention),
                                                        ("draft_tp", draft_tp)) if v is not None))
 

@@ -229,9 +229,7 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
     priced = dep.draft_spec(priced)
 
     if req.deployed is None:
-        verified = CostModel(profile, get_model(target), weight_bits=dep.weight_bits,
-                             runtime=dep.runtime, tree_attention=dep.tree_attention,
-                             offload=dep.offload, tp=dep.tp, stages=dep.stages)
+        verified = dep.target_cost(profile, get_model(target))
         drafts = None if priced is None else CostModel(
             profile, priced, runtime=dep.runtime, tree_attention=dep.tree_attention,
             tp=dep.draft_tp)

@@ -135,8 +135,7 @@ def run_simulation(req: SimulateRequest,
     spec = dep.target if isinstance(dep.target, ModelSpec) else get_model(dep.target)
     deployed = _deploy(req, spec)
     if deployed is None:
-        target = CostModel(profile, spec, weight_bits=dep.weight_bits, tp=dep.tp,
-                           runtime=dep.runtime, offload=dep.offload, stages=dep.stages)
+        target = dep.target_cost(profile, spec)
         drafter = _drafter(req, profile, spec)
         drift = req.drift
     else:
