@@ -21,13 +21,9 @@ import dataclasses
 import numpy as np
 
 from specscope.errors import InputError
-
-# ops imports this module: its names are read at call time, once both modules are loaded
-from specscope.models import ops
-from specscope.models import precision as prec
+from specscope.models.op_cost import ACT_BYTES, Num, OpCost, linear_op, norm_op
+from specscope.models.precision import Format, low_precision
 from specscope.models.spec import ModelSpec
-
-Num = float | np.ndarray
 
 
 def expected_experts(n_experts: int, k: int, tokens: Num, skew: float = 0.0) -> Num:
@@ -92,32 +88,32 @@ def mla_params(spec: ModelSpec) -> tuple[int, int]:
 def mla_kv_row(spec: ModelSpec) -> int:
     """Cache bytes of one token in one latent-attention layer: its latent and rope key, shared
     by all heads."""
-    return (spec.kv_lora_rank + spec.qk_rope_head_dim) * ops.ACT_BYTES
+    return (spec.kv_lora_rank + spec.qk_rope_head_dim) * ACT_BYTES
 
 
 def _expert_op(op: str, count: int, tokens: Num, pairs: Num, touched: Num, d_in: int,
                d_out: int, bpw: float, quant: bool, reduce_width: int, a2a: Num,
-               fmt: prec.Format | None) -> ops.OpCost:
+               fmt: Format | None) -> OpCost:
     """One projection of the routed experts: `pairs` (token, expert) pairs of the step's
     `tokens` through the `touched` experts of each of `count` layers (in `fmt` when given); its
     `tokens` field is the rows of one expert's GEMM, which set its efficiency."""
     weights = touched * d_in * d_out
-    return prec.low_precision(ops.OpCost(
+    return low_precision(OpCost(
         op, count,
         flops=count * 2.0 * pairs * d_in * d_out,
-        weight_bytes=count * weights * (bpw if quant else ops.ACT_BYTES),
-        act_bytes=count * pairs * (d_in + d_out) * ops.ACT_BYTES,
+        weight_bytes=count * weights * (bpw if quant else ACT_BYTES),
+        act_bytes=count * pairs * (d_in + d_out) * ACT_BYTES,
         qweights=count * weights if quant else 0.0,
         tokens=pairs / touched,
-        reduce_bytes=tokens * reduce_width * ops.ACT_BYTES,
+        reduce_bytes=tokens * reduce_width * ACT_BYTES,
         a2a_bytes=a2a,
         kind="linear",
     ), fmt, pairs, weights, touched, d_in, d_out)
 
 
 def moe_ops(spec: ModelSpec, count: int, tokens: Num, tp: int, ep: int, bpw: float,
-            quant: bool, fmt: prec.Format | None = None,
-            expert_fmt: prec.Format | None = None) -> list[ops.OpCost]:
+            quant: bool, fmt: Format | None = None,
+            expert_fmt: Format | None = None) -> list[OpCost]:
     """Norm, router, shared experts and routed experts of `count` MoE layers for the step's
     `tokens`, per device (placement: module docstring); the shared experts in `fmt`, the
     routed ones in `expert_fmt`, the router at 16 bits.
@@ -133,15 +129,15 @@ def moe_ops(spec: ModelSpec, count: int, tokens: Num, tp: int, ep: int, bpw: flo
     width = spec.d_expert // (tp // ep)
     touched = expected_experts(spec.n_experts, k, tokens) / ep
     pairs = tokens * k / ep
-    a2a = tokens * k * d * ops.ACT_BYTES * (ep - 1) / ep
+    a2a = tokens * k * d * ACT_BYTES * (ep - 1) / ep
     routed_reduce = d if ep < tp or ep == 1 else 0
-    out = [ops.norm_op("moe_norm", count, tokens, d),
-           ops.linear_op("router", count, tokens, d, spec.n_experts, bpw, False)]
+    out = [norm_op("moe_norm", count, tokens, d),
+           linear_op("router", count, tokens, d, spec.n_experts, bpw, False)]
     if spec.d_shared:
         shared = spec.d_shared // tp
-        out += [ops.linear_op("shared_gate_up", count, tokens, d, 2 * shared, bpw, quant,
+        out += [linear_op("shared_gate_up", count, tokens, d, 2 * shared, bpw, quant,
                               fmt=fmt),
-                ops.linear_op("shared_down", count, tokens, shared, d, bpw, quant,
+                linear_op("shared_down", count, tokens, shared, d, bpw, quant,
                               reduce_width=0 if routed_reduce else d, fmt=fmt)]
     return [
         *out,
@@ -153,7 +149,7 @@ def moe_ops(spec: ModelSpec, count: int, tokens: Num, tp: int, ep: int, bpw: flo
 
 
 def mla_ops(spec: ModelSpec, count: int, batch: Num, new: Num, tp: int, bpw: float,
-            quant: bool, fmt: prec.Format | None = None) -> list[ops.OpCost]:
+            quant: bool, fmt: Format | None = None) -> list[OpCost]:
     """Norm and projections of `count` latent-attention layers, per device (the score op is
     `mla_attention`): the q path (through the q_lora_rank bottleneck when there is one), the
     kv down-projection to latent + rope key (both replicated under tp, as vLLM does), the kv
@@ -164,30 +160,30 @@ def mla_ops(spec: ModelSpec, count: int, batch: Num, new: Num, tp: int, bpw: flo
         spec.qk_nope_head_dim
     heads, q_rank = spec.n_heads // tp, spec.q_lora_rank
     tokens = batch * new
-    out = [ops.norm_op("attn_norm", count, tokens, d)]
+    out = [norm_op("attn_norm", count, tokens, d)]
     if q_rank:
-        out += [ops.linear_op("q_a_proj", count, tokens, d, q_rank, bpw, quant, fmt=fmt),
-                ops.norm_op("q_a_norm", count, tokens, q_rank),
-                ops.linear_op("q_b_proj", count, tokens, q_rank, heads * (nope + rope), bpw,
+        out += [linear_op("q_a_proj", count, tokens, d, q_rank, bpw, quant, fmt=fmt),
+                norm_op("q_a_norm", count, tokens, q_rank),
+                linear_op("q_b_proj", count, tokens, q_rank, heads * (nope + rope), bpw,
                               quant, fmt=fmt)]
     else:
-        out.append(ops.linear_op("q_proj", count, tokens, d, heads * (nope + rope), bpw, quant,
+        out.append(linear_op("q_proj", count, tokens, d, heads * (nope + rope), bpw, quant,
                                  fmt=fmt))
-    absorbed = ops.linear_op("kv_b_absorbed", count, tokens, c, heads * (nope + spec.v_head_dim),
+    absorbed = linear_op("kv_b_absorbed", count, tokens, c, heads * (nope + spec.v_head_dim),
                              bpw, quant, fmt=fmt)
     return [
         *out,
-        ops.linear_op("kv_a_proj", count, tokens, d, c + rope, bpw, quant, fmt=fmt),
-        ops.norm_op("kv_a_norm", count, tokens, c),
+        linear_op("kv_a_proj", count, tokens, d, c + rope, bpw, quant, fmt=fmt),
+        norm_op("kv_a_norm", count, tokens, c),
         dataclasses.replace(absorbed, act_bytes=count * tokens * heads * (
-            nope + 2 * c + spec.v_head_dim) * ops.ACT_BYTES),
-        ops.linear_op("o_proj", count, tokens, heads * spec.v_head_dim, d, bpw, quant,
+            nope + 2 * c + spec.v_head_dim) * ACT_BYTES),
+        linear_op("o_proj", count, tokens, heads * spec.v_head_dim, d, bpw, quant,
                       reduce_width=d, fmt=fmt),
     ]
 
 
 def mla_attention(spec: ModelSpec, op: str, count: int, batch: Num, new: Num, context: Num,
-                  keys: Num, tp: int, kv_bits: int = 16) -> ops.OpCost:
+                  keys: Num, tp: int, kv_bits: int = 16) -> OpCost:
     """Scores, softmax and weighted sum of `count` latent-attention layers over `keys` keys,
     the cache at `kv_bits` an element.
 
@@ -203,10 +199,10 @@ def mla_attention(spec: ModelSpec, op: str, count: int, batch: Num, new: Num, co
     per_key = np.where(np.asarray(context) == 0,
                        2.0 * (spec.qk_nope_head_dim + rope) + 2.0 * spec.v_head_dim,
                        2.0 * (c + rope) + 2.0 * c)
-    return ops.OpCost(op, count,
+    return OpCost(op, count,
                       flops=count * batch * heads * new * keys * (per_key + 5.0),
                       weight_bytes=0.0,
-                      act_bytes=count * tokens * heads * (2 * c + rope) * ops.ACT_BYTES,
+                      act_bytes=count * tokens * heads * (2 * c + rope) * ACT_BYTES,
                       kv_bytes=count * batch * (keys + new) * mla_kv_row(spec) * kv_bits / 16,
                       tokens=tokens,
                       kind="attention")

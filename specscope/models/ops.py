@@ -20,18 +20,34 @@ layers and an 8-bit KV cache: `specscope.models.precision`.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-
 import numpy as np
 
 from specscope.errors import InputError
-from specscope.models import moe_ops
-from specscope.models import precision as prec
+from specscope.models.moe_ops import (
+    mla_attention,
+    mla_kv_row,
+    mla_ops,
+    mla_params,
+    moe_layers,
+    moe_params,
+)
+from specscope.models.moe_ops import moe_ops as moe_layer_ops
+from specscope.models.op_cost import (
+    ACT_BYTES,
+    OUTSIDE_LAYERS,
+    SCALED_FIELDS,
+    WEIGHT_BITS,
+    Num,
+    OpCost,
+    bytes_per_weight,
+    layer_ops,
+    linear_op,
+    norm_op,
+    scale_op,
+)
+from specscope.models.precision import Format, check_kv_bits, formats
 from specscope.models.spec import ModelSpec
 
-ACT_BYTES = 2
-WEIGHT_BITS = (16, 8, 4)
 SSD_CHUNK = 256
 SSM_VERIFY = ("stree", "naive")
 PROMPT_LOGITS = ("all", "last")
@@ -39,78 +55,11 @@ PROMPT_LOGITS = ("all", "last")
 forward does, or at each sequence's last position only, as serving engines do (they sample
 there alone)."""
 
-Num = float | np.ndarray
-
-
-OUTSIDE_LAYERS = ("embedding", "final_norm", "lm_head")
-"""Operators of a forward that run once, outside its decoder layers."""
-SCALED_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "qweights", "reduce_bytes",
-                 "a2a_bytes")
-"""The work fields of an `OpCost` that grow with how often it runs."""
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """One operator summed over the `count` layers that hold it, per device.
-
-    flops: floating-point operations; weight_bytes: weights read; act_bytes: activations read and
-    written; kv_bytes: KV cache or SSM/conv state read and written; qweights: weight elements
-    dequantised from 8/4 bits (0 at 16 bits); tokens: tokens through the op in one layer;
-    reduce_bytes: bytes all-reduced after the op in each layer under tensor parallelism;
-    a2a_bytes: bytes the device sends in the op's all-to-all in each layer (expert
-    parallelism's dispatch into the routed experts, combine out of them); kind:
-    the operator class whose efficiencies a runtime prices it with ("linear", "attention",
-    or "other": norms, embedding, SSM conv and scan, state copies); peak: the `peak_flops` key
-    its FLOPs run at ("fp8", "fp4" for a low-precision GEMM: `specscope.models.precision`).
-    Numeric fields are scalars or arrays that broadcast with the forward's arguments.
-    """
-
-    op: str
-    count: int
-    flops: Num
-    weight_bytes: Num
-    act_bytes: Num
-    kv_bytes: Num = 0.0
-    qweights: Num = 0.0
-    tokens: Num = 0.0
-    reduce_bytes: Num = 0.0
-    kind: str = "other"
-    a2a_bytes: Num = 0.0
-    peak: str = "bf16"
-
-    @property
-    def bytes(self) -> Num:
-        """Every byte moved to or from device memory."""
-        return self.weight_bytes + self.act_bytes + self.kv_bytes
-
-
-def scale_op(op: OpCost, factor: Num) -> OpCost:
-    """`op` run `factor` times as often: every work field scaled (a mechanism running a share
-    of the layers, or a block several times)."""
-    return dataclasses.replace(op, **{k: getattr(op, k) * factor for k in SCALED_FIELDS})
-
-
-def layer_ops(ops: list[OpCost]) -> list[OpCost]:
-    """The operators of a forward's decoder layers (`OUTSIDE_LAYERS` left out)."""
-    return [op for op in ops if op.op not in OUTSIDE_LAYERS]
-
-
-def bytes_per_weight(weight_bits: int, group_size: int = 128) -> float:
-    """Bytes stored per quantisable weight element, scales and zeros included."""
-    if weight_bits not in WEIGHT_BITS:
-        raise InputError(f"weight bits {weight_bits} is not one of {list(WEIGHT_BITS)}")
-    if group_size < 1:
-        raise InputError(f"quantisation group size {group_size} must be positive")
-    if weight_bits == 4:
-        return 0.5 + 2 * ACT_BYTES / group_size
-    return weight_bits / 8
-
-
 def _n_layers(spec: ModelSpec) -> tuple[int, int, int]:
     """(attention layers, Mamba-2 layers, layers with a dense MLP)."""
     kinds = spec.layer_kinds
     n_attn = kinds.count("attn")
-    n_mlp = spec.n_layers - moe_ops.moe_layers(spec) if spec.d_ff > 0 else 0
+    n_mlp = spec.n_layers - moe_layers(spec) if spec.d_ff > 0 else 0
     return n_attn, len(kinds) - n_attn, n_mlp
 
 
@@ -132,7 +81,7 @@ def param_count(spec: ModelSpec) -> int:
     d, v = spec.d_model, spec.vocab_size
     n_attn, n_ssm, n_mlp = _n_layers(spec)
     heads = (spec.n_heads + 2 * spec.n_kv_heads) * spec.head_dim
-    attn = sum(moe_ops.mla_params(spec)) if spec.mla else (
+    attn = sum(mla_params(spec)) if spec.mla else (
         d * heads + spec.n_heads * spec.head_dim * d + d)
     h, p, g, n = spec.ssm_heads, spec.ssm_head_dim, spec.ssm_groups, spec.d_state
     conv = _conv_dim(spec, g)
@@ -140,7 +89,7 @@ def param_count(spec: ModelSpec) -> int:
     ssm += h * p * d + d
     mlp = 3 * d * spec.d_ff + d
     embed = v * d * (1 if spec.tie_embeddings else 2)
-    moe = moe_ops.moe_layers(spec) * sum(moe_ops.moe_params(spec))
+    moe = moe_layers(spec) * sum(moe_params(spec))
     return n_attn * attn + n_ssm * ssm + n_mlp * mlp + moe + embed + d
 
 
@@ -148,7 +97,7 @@ def active_param_count(spec: ModelSpec) -> int:
     """Parameters one token uses: `param_count` less the routed experts it is not sent to
     (k routed experts, the shared experts, router, attention, embeddings and the rest)."""
     unused = spec.n_experts - spec.experts_per_token
-    return param_count(spec) - moe_ops.moe_layers(spec) * unused * 3 * spec.d_model * \
+    return param_count(spec) - moe_layers(spec) * unused * 3 * spec.d_model * \
         spec.d_expert
 
 
@@ -162,18 +111,18 @@ def weight_bytes(spec: ModelSpec, weight_bits: int = 16, group_size: int = 128,
     n_attn, n_ssm, n_mlp = _n_layers(spec)
     h, p, g, n = spec.ssm_heads, spec.ssm_head_dim, spec.ssm_groups, spec.d_state
     if spec.mla:
-        linear = n_attn * moe_ops.mla_params(spec)[0]
+        linear = n_attn * mla_params(spec)[0]
     else:
         linear = n_attn * d * (2 * spec.n_heads + 2 * spec.n_kv_heads) * spec.head_dim
     linear += n_ssm * (d * (2 * h * p + 2 * g * n + h) + h * p * d) + n_mlp * 3 * d * spec.d_ff
-    linear += moe_ops.moe_layers(spec) * moe_ops.moe_params(spec)[0]
+    linear += moe_layers(spec) * moe_params(spec)[0]
     if not spec.tie_embeddings:
         linear += v * d
     other = param_count(spec) - linear
-    dense, experts = prec.formats(spec, precision, precision_experts, weight_bits)
+    dense, experts = formats(spec, precision, precision_experts, weight_bits)
     if dense is None and experts is None:
         return linear * bpw + other * ACT_BYTES
-    routed = moe_ops.moe_layers(spec) * 3 * d * spec.n_experts * spec.d_expert
+    routed = moe_layers(spec) * 3 * d * spec.n_experts * spec.d_expert
     head = 0 if spec.tie_embeddings else v * d
     return (linear - routed - head) * (dense.weight_bytes if dense else ACT_BYTES) + routed * (
         experts.weight_bytes if experts else ACT_BYTES) + (other + head) * ACT_BYTES
@@ -183,7 +132,7 @@ def _kv_row(spec: ModelSpec, tp: int = 1, kv_bits: int = 16) -> float:
     """KV-cache bytes of one token in one attention layer on one device: keys and values of
     its KV heads, or latent attention's latent and rope key (replicated, not split, by tp)."""
     if spec.mla:
-        return moe_ops.mla_kv_row(spec) * kv_bits / 16
+        return mla_kv_row(spec) * kv_bits / 16
     return 2 * -(-spec.n_kv_heads // tp) * spec.head_dim * ACT_BYTES * kv_bits / 16
 
 
@@ -244,32 +193,8 @@ def check_ep(spec: ModelSpec, ep: int, tp: int) -> None:
                          f"{spec.name} and tp={tp} (expert groups are made of its tp devices)")
 
 
-def linear_op(op: str, count: int, tokens: Num, d_in: int, d_out: int, bpw: float, quant: bool,
-            reduce_width: int = 0, fmt: prec.Format | None = None) -> OpCost:
-    """A dense projection d_in → d_out applied to `tokens` tokens in each of `count` layers
-    (in low-precision format `fmt` when given)."""
-    weights = d_in * d_out
-    return prec.low_precision(OpCost(
-        op, count,
-        flops=count * 2.0 * tokens * weights,
-        weight_bytes=count * weights * (bpw if quant else ACT_BYTES),
-        act_bytes=count * tokens * (d_in + d_out) * ACT_BYTES,
-        qweights=count * weights if quant else 0.0,
-        tokens=tokens,
-        reduce_bytes=tokens * reduce_width * ACT_BYTES,
-        kind="linear",
-    ), fmt, tokens, weights, 1, d_in, d_out)
-
-
-def norm_op(op: str, count: int, tokens: Num, width: int) -> OpCost:
-    """An RMSNorm over `width` channels (gated or not: a few FLOPs per element)."""
-    return OpCost(op, count, flops=count * 5.0 * tokens * width,
-                  weight_bytes=count * width * ACT_BYTES,
-                  act_bytes=count * 2.0 * tokens * width * ACT_BYTES, tokens=tokens)
-
-
 def _attention_ops(spec: ModelSpec, count: int, batch: Num, new: Num, context: Num, tp: int,
-                   bpw: float, quant: bool, fmt: prec.Format | None, kv_bits: int) -> list[OpCost]:
+                   bpw: float, quant: bool, fmt: Format | None, kv_bits: int) -> list[OpCost]:
     """Norm, q/k/v projection, scores+softmax+AV, output projection (latent attention's rows
     come from `moe_ops`). Full layers attend to context + new keys; sliding-window layers to at
     most sliding_window + new, and read that much KV."""
@@ -281,8 +206,8 @@ def _attention_ops(spec: ModelSpec, count: int, batch: Num, new: Num, context: N
               ("sliding_attention", n_sliding,
                np.minimum(context + new, spec.sliding_window + new))]
     if spec.mla:
-        *projections, o_proj = moe_ops.mla_ops(spec, count, batch, new, tp, bpw, quant, fmt)
-        return [*projections, *(moe_ops.mla_attention(spec, op, n, batch, new, context, k, tp,
+        *projections, o_proj = mla_ops(spec, count, batch, new, tp, bpw, quant, fmt)
+        return [*projections, *(mla_attention(spec, op, n, batch, new, context, k, tp,
                                                        kv_bits) for op, n, k in scores if n),
                 o_proj]
     kv_row = _kv_row(spec, tp, kv_bits)
@@ -300,7 +225,7 @@ def _attention_ops(spec: ModelSpec, count: int, batch: Num, new: Num, context: N
 
 
 def _ssm_ops(spec: ModelSpec, count: int, seqs: Num, seq_len: Num, chunk: Num, tp: int,
-             bpw: float, quant: bool, fmt: prec.Format | None) -> list[OpCost]:
+             bpw: float, quant: bool, fmt: Format | None) -> list[OpCost]:
     """Norm, in_proj, causal conv, SSD (chunk-quadratic + state passing), gated norm, out_proj.
 
     `seqs` sequences of `seq_len` tokens each; the SSD's quadratic work spans `chunk` tokens.
@@ -360,8 +285,8 @@ def forward_ops(
     formats of the linear layers, routed experts and KV cache (`specscope.models.precision`).
     """
     bpw = bytes_per_weight(weight_bits, group_size)
-    fmt, expert_fmt = prec.formats(spec, precision, precision_experts, weight_bits)
-    prec.check_kv_bits(kv_bits)
+    fmt, expert_fmt = formats(spec, precision, precision_experts, weight_bits)
+    check_kv_bits(kv_bits)
     check_tp(spec, tp, ep)
     if ssm_verify not in (None, *SSM_VERIFY):
         raise InputError(f"ssm_verify {ssm_verify!r} is not one of {list(SSM_VERIFY)}")
@@ -399,7 +324,7 @@ def forward_ops(
             linear_op("mlp_down", n_mlp, tokens, ff, d, bpw, quant, reduce_width=d, fmt=fmt),
         ]
     if spec.moe:
-        ops += moe_ops.moe_ops(spec, moe_ops.moe_layers(spec), tokens, tp, ep, bpw, quant,
+        ops += moe_layer_ops(spec, moe_layers(spec), tokens, tp, ep, bpw, quant,
                                fmt, expert_fmt)
     vocab = -(-v // tp) if shard_lm_head else v
     logits = np.where((context == 0) & (prompt_logits == "last"), batch, tokens)
@@ -409,3 +334,8 @@ def forward_ops(
                 quant and quant_lm_head and not spec.tie_embeddings),
     ]
     return ops
+
+
+__all__ = ["ACT_BYTES", "OUTSIDE_LAYERS", "SCALED_FIELDS", "WEIGHT_BITS", "Num", "OpCost",
+           "bytes_per_weight", "layer_ops", "linear_op", "norm_op", "scale_op"]
+"""`op_cost`'s names, which importers of ops have always found here."""

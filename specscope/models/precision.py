@@ -30,15 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
-
-if TYPE_CHECKING:
-    from specscope.models.ops import OpCost
 
 KV_BITS = (16, 8)
 OUT_BYTES = 2
@@ -97,9 +94,9 @@ def check_kv_bits(kv_bits: int) -> None:
         raise InputError(f"--kv-bits {kv_bits} must be 16 or 8")
 
 
-def low_precision(op: OpCost, fmt: Format | None, rows: float | np.ndarray,
+def low_precision(op: Any, fmt: Format | None, rows: float | np.ndarray,
                   weights: float | np.ndarray, matrices: float | np.ndarray, d_in: int,
-                  d_out: int) -> OpCost:
+                  d_out: int) -> Any:
     """`op`, the GEMMs of its layers (`rows` input rows through `matrices` d_in × d_out weight
     matrices, `weights` elements, per layer), priced in `fmt`: its weights and inputs at the
     format's bytes, its FLOPs plus the block scales' and run at the format's peak; `op` itself
