@@ -106,7 +106,7 @@ def test_nvfp4_on_b200_and_experts_alone():
              for p in ("bf16", "fp8", "nvfp4")}
     assert times["nvfp4"] < times["fp8"] < times["bf16"]
     moe = get_model("qwen3-30b-a3b")
-    experts = CostModel(hw, moe, precision="bf16", precision_experts="nvfp4")
+    experts = CostModel(hw, moe, precision="bf16", expert_precision="nvfp4")
     ops = {op.op: op for op in experts.ops(4, 8, 512)}
     assert ops["expert_gate_up"].peak == "fp4" and ops["qkv_proj"].peak == "bf16"
     assert experts.memory_bytes(1, 0) < CostModel(hw, moe).memory_bytes(1, 0)
@@ -114,16 +114,16 @@ def test_nvfp4_on_b200_and_experts_alone():
     assert experts.forward(4, 8, 512).source == "roofline"
 
 
-def test_precision_experts_on_a_dense_model_is_refused():
-    with pytest.raises(InputError, match=r"precision_experts nvfp4: llama-3\.1-8b is dense"):
-        CostModel(load_profile("b200"), get_model("llama-3.1-8b"), precision_experts="nvfp4")
+def test_expert_precision_on_a_dense_model_is_refused():
+    with pytest.raises(InputError, match=r"--expert-precision nvfp4: llama-3\.1-8b is dense"):
+        CostModel(load_profile("b200"), get_model("llama-3.1-8b"), expert_precision="nvfp4")
 
 
 def test_variant_and_under_keep_the_formats():
     model = CostModel(load_profile("b200"), get_model("qwen3-30b-a3b"), precision="fp8",
-                      precision_experts="nvfp4", kv_bits=8)
+                      expert_precision="nvfp4", kv_bits=8)
     for other in (model.variant(CostModel), model.under(runtime="eager")):
-        assert (other.precision, other.precision_experts, other.kv_bits) == ("fp8", "nvfp4", 8)
+        assert (other.precision, other.expert_precision, other.kv_bits) == ("fp8", "nvfp4", 8)
 
 
 @pytest.mark.parametrize("name", NEW)

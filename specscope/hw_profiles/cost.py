@@ -111,7 +111,7 @@ class CostModel:
     the forward's compute (layer by layer, prefetching the next), so the device takes the
     longer of the two, else they add.
     `precision` ("bf16", "fp8", "nvfp4") is the format of the linear layers and
-    `precision_experts` (None: as `precision`) that of an MoE's routed experts; `kv_bits` 8
+    `expert_precision` (None: as `precision`) that of an MoE's routed experts; `kv_bits` 8
     stores and reads the KV cache at 1 byte (`specscope.models.precision`). A low-precision
     GEMM runs at the profile's fp8 or fp4 peak under the runtime's linear efficiencies;
     measured tables (bf16 runs) are not used then.
@@ -123,7 +123,7 @@ class CostModel:
                  quant_lm_head: bool = True, offload: float = 0.0,
                  offload_overlap: bool = True, stages: int = 1,
                  prompt_logits: str = "all", ep: int = 1, *, precision: str = "bf16",
-                 precision_experts: str | None = None, kv_bits: int = 16) -> None:
+                 expert_precision: str | None = None, kv_bits: int = 16) -> None:
         bits = model.weight_bits if weight_bits is None else weight_bits
         if not 1 <= stages <= model.n_layers:
             raise InputError(f"--stages {stages}: must lie in 1..{model.n_layers} (the layers of "
@@ -136,8 +136,8 @@ class CostModel:
             raise InputError(f"profile {hw.name} has no int8 peak for 8-bit activations"
                              + (f" ([compute] int8_tops {why})" if why else ""))
         check_tp(model, tp, ep)
-        self._check_precision(hw, model, bits, act_bits, precision, precision_experts, kv_bits)
-        self.precision, self.precision_experts = precision, precision_experts
+        self._check_precision(hw, model, bits, act_bits, precision, expert_precision, kv_bits)
+        self.precision, self.expert_precision = precision, expert_precision
         self.kv_bits = kv_bits
         if tp > hw.max_tp:
             raise InputError(f"tp={tp} exceeds the {hw.max_tp} devices profile {hw.name} links")
@@ -160,13 +160,13 @@ class CostModel:
 
     @staticmethod
     def _check_precision(hw: HardwareProfile, model: ModelSpec, weight_bits: int, act_bits: int,
-                         precision: str, precision_experts: str | None, kv_bits: int) -> None:
+                         precision: str, expert_precision: str | None, kv_bits: int) -> None:
         """Refuse formats the model or profile cannot price: a low precision with weight-only
-        quantisation or 8-bit integer activations, `precision_experts` on a dense model, a
+        quantisation or 8-bit integer activations, `expert_precision` on a dense model, a
         format whose peak the profile states as 0, a KV width other than 16 or 8."""
         check_kv_bits(kv_bits)
-        dense, experts = formats(model, precision, precision_experts, weight_bits)
-        for what, fmt in (("--precision", dense), ("precision_experts", experts)):
+        dense, experts = formats(model, precision, expert_precision, weight_bits)
+        for what, fmt in (("--precision", dense), ("--expert-precision", experts)):
             if fmt is None:
                 continue
             if act_bits == 8:
@@ -185,7 +185,7 @@ class CostModel:
                    quant_lm_head=self.quant_lm_head, offload=self.offload,
                    offload_overlap=self.offload_overlap, stages=self.stages,
                    prompt_logits=self.prompt_logits, precision=self.precision,
-                   precision_experts=self.precision_experts, kv_bits=self.kv_bits, **extra)
+                   expert_precision=self.expert_precision, kv_bits=self.kv_bits, **extra)
 
     def under(self, runtime: str | None = None, tree_attention: str | None = None,
               host_layer_ratio: float = 1.0, device_layer_ratio: float = 1.0,
@@ -226,7 +226,7 @@ class CostModel:
                            ep=self.ep,
                            shard_lm_head=self.hw.shard_lm_head,
                            quant_lm_head=self.quant_lm_head, prompt_logits=self.prompt_logits,
-                           precision=self.precision, precision_experts=self.precision_experts,
+                           precision=self.precision, expert_precision=self.expert_precision,
                            kv_bits=self.kv_bits, **ssm)
 
     def op_time(self, op: OpCost, new_tokens: Num, context_len: Num
@@ -429,14 +429,14 @@ class CostModel:
     def bf16(self) -> bool:
         """Whether weights, activations and KV cache are in today's 16-bit formats (what the
         profile's measured tables ran)."""
-        return self.precision == "bf16" and self.precision_experts in (None, "bf16") \
+        return self.precision == "bf16" and self.expert_precision in (None, "bf16") \
             and self.kv_bits == 16
 
     @property
     def stored_weight_bytes(self) -> float:
         """Bytes of all the model's weights in their formats (tp = 1)."""
         return weight_bytes(self.model, self.weight_bits, self.group_size, self.precision,
-                            self.precision_experts)
+                            self.expert_precision)
 
     @property
     def offloaded_bytes(self) -> float:

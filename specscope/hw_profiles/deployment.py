@@ -97,7 +97,7 @@ class Deployment:
         return CostModel(profile, spec, weight_bits=self.weight_bits, runtime=self.runtime,
                          tree_attention=self.tree_attention, offload=self.offload, tp=self.tp,
                          stages=self.stages, ep=self.ep, precision=self.precision,
-                         precision_experts=self.expert_precision, kv_bits=self.kv_bits, **extra)
+                         expert_precision=self.expert_precision, kv_bits=self.kv_bits, **extra)
 
     def check_system(self, system: str | None) -> None:
         """Refuse expert parallelism or number formats beside a seed `system`, which deploys

@@ -22,7 +22,7 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.models.op_cost import ACT_BYTES, Num, OpCost, linear_op, norm_op
-from specscope.models.precision import Format, low_precision
+from specscope.models.precision import Format
 from specscope.models.spec import ModelSpec
 
 
@@ -95,20 +95,11 @@ def _expert_op(op: str, count: int, tokens: Num, pairs: Num, touched: Num, d_in:
                d_out: int, bpw: float, quant: bool, reduce_width: int, a2a: Num,
                fmt: Format | None) -> OpCost:
     """One projection of the routed experts: `pairs` (token, expert) pairs of the step's
-    `tokens` through the `touched` experts of each of `count` layers (in `fmt` when given); its
-    `tokens` field is the rows of one expert's GEMM, which set its efficiency."""
-    weights = touched * d_in * d_out
-    return low_precision(OpCost(
-        op, count,
-        flops=count * 2.0 * pairs * d_in * d_out,
-        weight_bytes=count * weights * (bpw if quant else ACT_BYTES),
-        act_bytes=count * pairs * (d_in + d_out) * ACT_BYTES,
-        qweights=count * weights if quant else 0.0,
-        tokens=pairs / touched,
-        reduce_bytes=tokens * reduce_width * ACT_BYTES,
-        a2a_bytes=a2a,
-        kind="linear",
-    ), fmt, pairs, weights, touched, d_in, d_out)
+    `tokens` through the `touched` experts of each of `count` layers (in `fmt` when given);
+    the step's tokens are reduced after it, and travel in its all-to-all."""
+    return dataclasses.replace(
+        linear_op(op, count, pairs, d_in, d_out, bpw, quant, fmt=fmt, matrices=touched),
+        reduce_bytes=tokens * reduce_width * ACT_BYTES, a2a_bytes=a2a)
 
 
 def moe_ops(spec: ModelSpec, count: int, tokens: Num, tp: int, ep: int, bpw: float,
@@ -136,9 +127,9 @@ def moe_ops(spec: ModelSpec, count: int, tokens: Num, tp: int, ep: int, bpw: flo
     if spec.d_shared:
         shared = spec.d_shared // tp
         out += [linear_op("shared_gate_up", count, tokens, d, 2 * shared, bpw, quant,
-                              fmt=fmt),
+                          fmt=fmt),
                 linear_op("shared_down", count, tokens, shared, d, bpw, quant,
-                              reduce_width=0 if routed_reduce else d, fmt=fmt)]
+                          reduce_width=0 if routed_reduce else d, fmt=fmt)]
     return [
         *out,
         _expert_op("expert_gate_up", count, tokens, pairs, touched, d, 2 * width, bpw, quant,
@@ -165,12 +156,12 @@ def mla_ops(spec: ModelSpec, count: int, batch: Num, new: Num, tp: int, bpw: flo
         out += [linear_op("q_a_proj", count, tokens, d, q_rank, bpw, quant, fmt=fmt),
                 norm_op("q_a_norm", count, tokens, q_rank),
                 linear_op("q_b_proj", count, tokens, q_rank, heads * (nope + rope), bpw,
-                              quant, fmt=fmt)]
+                          quant, fmt=fmt)]
     else:
         out.append(linear_op("q_proj", count, tokens, d, heads * (nope + rope), bpw, quant,
-                                 fmt=fmt))
+                             fmt=fmt))
     absorbed = linear_op("kv_b_absorbed", count, tokens, c, heads * (nope + spec.v_head_dim),
-                             bpw, quant, fmt=fmt)
+                         bpw, quant, fmt=fmt)
     return [
         *out,
         linear_op("kv_a_proj", count, tokens, d, c + rope, bpw, quant, fmt=fmt),
@@ -178,7 +169,7 @@ def mla_ops(spec: ModelSpec, count: int, batch: Num, new: Num, tp: int, bpw: flo
         dataclasses.replace(absorbed, act_bytes=count * tokens * heads * (
             nope + 2 * c + spec.v_head_dim) * ACT_BYTES),
         linear_op("o_proj", count, tokens, heads * spec.v_head_dim, d, bpw, quant,
-                      reduce_width=d, fmt=fmt),
+                  reduce_width=d, fmt=fmt),
     ]
 
 
@@ -200,9 +191,9 @@ def mla_attention(spec: ModelSpec, op: str, count: int, batch: Num, new: Num, co
                        2.0 * (spec.qk_nope_head_dim + rope) + 2.0 * spec.v_head_dim,
                        2.0 * (c + rope) + 2.0 * c)
     return OpCost(op, count,
-                      flops=count * batch * heads * new * keys * (per_key + 5.0),
-                      weight_bytes=0.0,
-                      act_bytes=count * tokens * heads * (2 * c + rope) * ACT_BYTES,
-                      kv_bytes=count * batch * (keys + new) * mla_kv_row(spec) * kv_bits / 16,
-                      tokens=tokens,
-                      kind="attention")
+                  flops=count * batch * heads * new * keys * (per_key + 5.0),
+                  weight_bytes=0.0,
+                  act_bytes=count * tokens * heads * (2 * c + rope) * ACT_BYTES,
+                  kv_bytes=count * batch * (keys + new) * mla_kv_row(spec) * kv_bits / 16,
+                  tokens=tokens,
+                  kind="attention")

@@ -1,5 +1,5 @@
 """`OpCost`, one operator's work in a forward, and the operators every layer kind builds from
-(a dense projection, a norm): what `ops`, `moe_ops` and `precision` share, below all three."""
+(a projection, in a number format or not; a norm): what `ops` and `moe_ops` share, below both."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from specscope.errors import InputError
-from specscope.models.precision import Format, low_precision
+from specscope.models.precision import Format
 
 ACT_BYTES = 2
+OUT_BYTES = 2
+"""Bytes of a GEMM's output element: 16-bit in every number format."""
 WEIGHT_BITS = (16, 8, 4)
 Num = float | np.ndarray
 
@@ -81,20 +83,37 @@ def bytes_per_weight(weight_bits: int, group_size: int = 128) -> float:
 
 
 def linear_op(op: str, count: int, tokens: Num, d_in: int, d_out: int, bpw: float, quant: bool,
-            reduce_width: int = 0, fmt: Format | None = None) -> OpCost:
-    """A dense projection d_in → d_out applied to `tokens` tokens in each of `count` layers
-    (in low-precision format `fmt` when given)."""
-    weights = d_in * d_out
+              reduce_width: int = 0, fmt: Format | None = None, matrices: Num = 1) -> OpCost:
+    """A projection d_in → d_out applied to `tokens` rows in each of `count` layers (in
+    low-precision format `fmt` when given). `matrices` > 1 spreads the rows over that many
+    weight matrices, each read once (an MoE's touched experts): its `tokens` field is the
+    rows of one matrix's GEMM, which set its efficiency."""
+    per_matrix = d_in * d_out
+    weights = per_matrix if np.ndim(matrices) == 0 and matrices == 1 else matrices * per_matrix
     return low_precision(OpCost(
         op, count,
-        flops=count * 2.0 * tokens * weights,
+        flops=count * 2.0 * tokens * per_matrix,
         weight_bytes=count * weights * (bpw if quant else ACT_BYTES),
         act_bytes=count * tokens * (d_in + d_out) * ACT_BYTES,
         qweights=count * weights if quant else 0.0,
-        tokens=tokens,
+        tokens=tokens if weights is per_matrix else tokens / matrices,
         reduce_bytes=tokens * reduce_width * ACT_BYTES,
         kind="linear",
-    ), fmt, tokens, weights, 1, d_in, d_out)
+    ), fmt, tokens, weights, matrices, d_in, d_out)
+
+
+def low_precision(op: OpCost, fmt: Format | None, rows: Num, weights: Num, matrices: Num,
+                  d_in: int, d_out: int) -> OpCost:
+    """`op`, the GEMMs of its layers (`rows` input rows through `matrices` d_in × d_out weight
+    matrices, `weights` elements, per layer), priced in `fmt`: its weights and inputs at the
+    format's bytes, its FLOPs plus the block scales' and run at the format's peak; `op` itself
+    when `fmt` is None (bf16)."""
+    if fmt is None:
+        return op
+    return dataclasses.replace(
+        op, flops=op.flops * (1 + fmt.scale_flops),
+        weight_bytes=op.count * (weights * fmt.weight_bytes + matrices * fmt.tensor_bytes),
+        act_bytes=op.count * rows * (d_in * fmt.act_bytes + d_out * OUT_BYTES), peak=fmt.peak)
 
 
 def norm_op(op: str, count: int, tokens: Num, width: int) -> OpCost:

@@ -102,9 +102,9 @@ def active_param_count(spec: ModelSpec) -> int:
 
 
 def weight_bytes(spec: ModelSpec, weight_bits: int = 16, group_size: int = 128,
-                 precision: str = "bf16", precision_experts: str | None = None) -> float:
+                 precision: str = "bf16", expert_precision: str | None = None) -> float:
     """Bytes of all weights stored on one device at `weight_bits` (tp = 1), or with the linear
-    layers and routed experts at `precision` and `precision_experts` (NVFP4's 4-byte scale per
+    layers and routed experts at `precision` and `expert_precision` (NVFP4's 4-byte scale per
     matrix left out); an MoE's router stays 16-bit, and so does the lm_head at a precision."""
     bpw = bytes_per_weight(weight_bits, group_size)
     d, v = spec.d_model, spec.vocab_size
@@ -119,7 +119,7 @@ def weight_bytes(spec: ModelSpec, weight_bits: int = 16, group_size: int = 128,
     if not spec.tie_embeddings:
         linear += v * d
     other = param_count(spec) - linear
-    dense, experts = formats(spec, precision, precision_experts, weight_bits)
+    dense, experts = formats(spec, precision, expert_precision, weight_bits)
     if dense is None and experts is None:
         return linear * bpw + other * ACT_BYTES
     routed = moe_layers(spec) * 3 * d * spec.n_experts * spec.d_expert
@@ -208,7 +208,7 @@ def _attention_ops(spec: ModelSpec, count: int, batch: Num, new: Num, context: N
     if spec.mla:
         *projections, o_proj = mla_ops(spec, count, batch, new, tp, bpw, quant, fmt)
         return [*projections, *(mla_attention(spec, op, n, batch, new, context, k, tp,
-                                                       kv_bits) for op, n, k in scores if n),
+                                              kv_bits) for op, n, k in scores if n),
                 o_proj]
     kv_row = _kv_row(spec, tp, kv_bits)
     return [
@@ -271,7 +271,7 @@ def forward_ops(
     leaves: Num | None = None,
     prompt_logits: str = "all",
     precision: str = "bf16",
-    precision_experts: str | None = None,
+    expert_precision: str | None = None,
     kv_bits: int = 16,
 ) -> list[OpCost]:
     """The operator table of one forward, per device (see the module docstring).
@@ -281,11 +281,11 @@ def forward_ops(
     chain (SSD chunks of 256); "stree": one tree-masked SSD pass over all new tokens; "naive":
     every root-to-leaf path unrolled, `leaves` sequences of `depth` + 1 tokens per batch item,
     plus one state copy per leaf. `prompt_logits` (`PROMPT_LOGITS`): "last" runs a prompt's
-    lm_head on one token per sequence. `precision`, `precision_experts` and `kv_bits`: the
+    lm_head on one token per sequence. `precision`, `expert_precision` and `kv_bits`: the
     formats of the linear layers, routed experts and KV cache (`specscope.models.precision`).
     """
     bpw = bytes_per_weight(weight_bits, group_size)
-    fmt, expert_fmt = formats(spec, precision, precision_experts, weight_bits)
+    fmt, expert_fmt = formats(spec, precision, expert_precision, weight_bits)
     check_kv_bits(kv_bits)
     check_tp(spec, tp, ep)
     if ssm_verify not in (None, *SSM_VERIFY):
@@ -325,7 +325,7 @@ def forward_ops(
         ]
     if spec.moe:
         ops += moe_layer_ops(spec, moe_layers(spec), tokens, tp, ep, bpw, quant,
-                               fmt, expert_fmt)
+                             fmt, expert_fmt)
     vocab = -(-v // tp) if shard_lm_head else v
     logits = np.where((context == 0) & (prompt_logits == "last"), batch, tokens)
     ops += [

@@ -20,7 +20,7 @@ GEMM outputs stay 16-bit; the pass that quantises each GEMM's input (fused into 
 norm or activation by the engines) is left out, as the int8 activation path leaves it out.
 Attention's scores and values, the router, the embedding, norms and the lm_head stay 16-bit
 (FP8 and NVFP4 checkpoints keep the lm_head in bf16). `precision` applies to every other linear
-layer (attention projections, dense MLPs, shared experts, SSM projections); `precision_experts`
+layer (attention projections, dense MLPs, shared experts, SSM projections); `expert_precision`
 to the routed experts alone (None: as `precision`), so a checkpoint with NVFP4 experts and the
 rest in FP8 or bf16 can be priced. `kv_bits` 8 stores and reads the KV cache at 1 byte an
 element (FP8 KV cache; its per-tensor scales are left out).
@@ -28,18 +28,12 @@ element (FP8 KV cache; its per-tensor scales are left out).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from specscope.errors import InputError
 from specscope.models.spec import ModelSpec
 
 KV_BITS = (16, 8)
-OUT_BYTES = 2
-"""Bytes of a GEMM's output element: 16-bit in every format."""
 
 
 @dataclass(frozen=True)
@@ -68,19 +62,19 @@ FORMATS: dict[str, Format] = {
 PRECISIONS = ("bf16", *FORMATS)
 
 
-def formats(spec: ModelSpec, precision: str = "bf16", precision_experts: str | None = None,
+def formats(spec: ModelSpec, precision: str = "bf16", expert_precision: str | None = None,
             weight_bits: int = 16) -> tuple[Format | None, Format | None]:
     """(format of the linear layers, format of the routed experts) for `precision` and
-    `precision_experts`; None where a component stays at "bf16" (today's pricing, weights at
+    `expert_precision`; None where a component stays at "bf16" (today's pricing, weights at
     `weight_bits`). A low precision with weight-only quantisation (`weight_bits` < 16) and
-    `precision_experts` on a dense model are refused."""
-    for what, name in (("--precision", precision), ("precision_experts", precision_experts)):
+    `expert_precision` on a dense model are refused."""
+    for what, name in (("--precision", precision), ("--expert-precision", expert_precision)):
         if name is not None and name not in PRECISIONS:
             raise InputError(f"{what} {name!r} must be one of {', '.join(PRECISIONS)}")
-    if precision_experts is not None and not spec.moe:
-        raise InputError(f"precision_experts {precision_experts}: {spec.name} is dense, it has "
+    if expert_precision is not None and not spec.moe:
+        raise InputError(f"--expert-precision {expert_precision}: {spec.name} is dense, it has "
                          "no routed experts (set --precision alone)")
-    experts = precision if precision_experts is None else precision_experts
+    experts = precision if expert_precision is None else expert_precision
     if weight_bits < 16 and {precision, experts} != {"bf16"}:
         raise InputError(f"--precision {precision} (experts {experts}) with {weight_bits}-bit "
                          "weights: weight-only quantisation and a low precision are two "
@@ -92,18 +86,3 @@ def check_kv_bits(kv_bits: int) -> None:
     """Refuse a KV-cache width other than 16 or 8 bits."""
     if kv_bits not in KV_BITS:
         raise InputError(f"--kv-bits {kv_bits} must be 16 or 8")
-
-
-def low_precision(op: Any, fmt: Format | None, rows: float | np.ndarray,
-                  weights: float | np.ndarray, matrices: float | np.ndarray, d_in: int,
-                  d_out: int) -> Any:
-    """`op`, the GEMMs of its layers (`rows` input rows through `matrices` d_in × d_out weight
-    matrices, `weights` elements, per layer), priced in `fmt`: its weights and inputs at the
-    format's bytes, its FLOPs plus the block scales' and run at the format's peak; `op` itself
-    when `fmt` is None (bf16)."""
-    if fmt is None:
-        return op
-    return dataclasses.replace(
-        op, flops=op.flops * (1 + fmt.scale_flops),
-        weight_bytes=op.count * (weights * fmt.weight_bytes + matrices * fmt.tensor_bytes),
-        act_bytes=op.count * rows * (d_in * fmt.act_bytes + d_out * OUT_BYTES), peak=fmt.peak)
