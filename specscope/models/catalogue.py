@@ -65,9 +65,16 @@ def get_model(name: str) -> ModelSpec:
         if not path.exists():
             raise InputError(f"unknown model {name!r}: no such folder or file (a model is a "
                              "catalogue name or a Hugging Face folder or config.json path)")
-        return spec_from_config(path)
+        return _config_spec(path, path.stat().st_mtime_ns)
     raise InputError(f"unknown model {name!r}; known models: {', '.join(list_models())}; or "
                      "give a path to a Hugging Face folder or its config.json")
+
+
+@cache
+def _config_spec(path: Path, mtime_ns: int) -> ModelSpec:
+    """`spec_from_config` of `path` as it was at `mtime_ns`: read once however often a command
+    (or a sweep's every cell) names it."""
+    return spec_from_config(path)
 
 
 def drafter_spec(model: str | None, target: ModelSpec, kept_layers: float | None = None,
