@@ -948,7 +948,8 @@ def test_serve_bench_warns_of_prompts_past_the_trained_context(cli: Cli,
     assert json.loads(out)["arrivals"] == 1
 
 
-def test_serve_bench_refuses_a_run_longer_than_max_wall(cli: Cli, tmp_path: Path) -> None:
+def test_serve_bench_refuses_a_run_longer_than_max_wall(cli: Cli, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's 80,000-token prompt chunked by 256 on tiny-code (512-token trained context):
     its estimated wall time passes --max-wall, so it is refused before any step, after the
     trained-context warning."""
@@ -960,6 +961,11 @@ def test_serve_bench_refuses_a_run_longer_than_max_wall(cli: Cli, tmp_path: Path
     assert code == 2 and len(lines) == 2 and not out, err
     assert "512-token trained context" in lines[0]
     assert lines[1].startswith("specscope: error: --max-wall 60:") and "prefill" in lines[1]
+    monkeypatch.setenv("SPECSCOPE_TIME_LIMIT_MIN", "1")  # without --max-wall: the time limit
+    code, out, err = serve_bench(cli, "--rate", "1", "--requests", "1", "--prompts", prompts,
+                                 "--chunked-prefill", "256", limit_s=40)
+    errors = [line for line in err.splitlines() if "warning" not in line]
+    refused((code, out, "\n".join(errors)), "prefill", "SPECSCOPE_TIME_LIMIT_MIN=1")
     code, _, err = serve_bench(cli, "--rate", "50", "--requests", "2", "--prompts",
                                "builtin:sql", "--output-len", "2", "--max-wall", "60")
     assert code == 0, err

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from specscope.errors import InputError, warn
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import Model, load_model
+from specscope.models.spec import ModelSpec
 from specscope.names import DEFAULT_DRAFT_MODEL, DRAFT_MODEL_DRAFTERS
 
 
@@ -34,14 +35,18 @@ class Session:
 
         return [encode(self.tokenizer, text, spec) for text in load_prompts(spec)[:n]]
 
+    @property
+    def target_spec(self) -> ModelSpec | None:
+        """The target's architecture (None: a Hugging Face adapter's model, which has none)."""
+        return getattr(self.target.model, "spec", None)
+
     def check_context(self, tokens: Sequence[Sequence[int]], max_new: int | Sequence[int],
                       where: str, output_len: str | None = None) -> None:
         """Warn when prompts of `tokens` and `max_new` new tokens (one number for all, or one
         per prompt; `output_len` names it in the warning, default the number) run past the
         target's trained context: it decodes them, at positions it never learned. Every
         command that runs prompts through the executor calls this, once, before running."""
-        spec = getattr(self.target.model, "spec", None)
-        limit = getattr(spec, "max_seq_len", 0)
+        limit = getattr(self.target_spec, "max_seq_len", 0)
         news = [max_new] * len(tokens) if isinstance(max_new, int) else list(max_new)
         over = [len(t) + n - limit for t, n in zip(tokens, news, strict=True)
                 if len(t) + n > limit]

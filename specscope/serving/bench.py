@@ -43,7 +43,7 @@ from specscope.executor.targets import Model
 from specscope.executor.threads import use_threads
 from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.profile import check_device_kind
-from specscope.limits import check_time, time_limit
+from specscope.limits import check_time
 from specscope.models import get_model
 from specscope.names import DEFAULT_BUDGET, DEFAULT_OUTPUT_LEN, SERVED_MAX_BATCH
 from specscope.serving.planners import in_turn, make_planner
@@ -246,21 +246,21 @@ def wall_estimate(cost: CostModel, prompt_lens: Sequence[int], outputs: Sequence
 def _check_wall(req: ServeBenchRequest, session: Session, groups: Sequence[Group],
                 prompt_lens: Sequence[int]) -> None:
     """Refuse a run whose `wall_estimate` passes `--max-wall` (default: the time limit)."""
-    spec = getattr(session.target.model, "spec", None)
+    spec = session.target_spec
     if spec is None:  # a Hugging Face adapter's model: nothing to price it with
         return
     profile = load_profile(req.hw or WALL_PROFILES.get(req.runtime.device.type, "h100"))
     est = wall_estimate(CostModel(profile, spec, runtime=req.runtime.kind), prompt_lens,
                         [g.output_tokens for g in groups], max(g.arrival_s for g in groups),
                         req.chunked_prefill, req.max_batch)
-    limit, origin = ((req.max_wall_s, f"--max-wall {req.max_wall_s:g}")
-                     if req.max_wall_s is not None else time_limit())
-    if est.total_s > limit:
-        raise InputError(
-            f"{origin}: this run needs an estimated {est.total_s:,.0f} s of serving (last "
-            f"arrival {est.last_arrival_s:,.0f} s; prefill {est.prefill_s:,.0f} s and decode "
-            f"{est.decode_s:,.0f} s priced on {est.profile}), over the limit of {limit:,.0f} s; "
-            f"serve fewer or shorter requests, or raise --max-wall")
+    what = (f"this run (last arrival {est.last_arrival_s:,.0f} s; prefill {est.prefill_s:,.0f} "
+            f"s and decode {est.decode_s:,.0f} s priced on {est.profile})")
+    if req.max_wall_s is None:
+        check_time(est.total_s, what, "serving")
+    elif est.total_s > req.max_wall_s:
+        raise InputError(f"--max-wall {req.max_wall_s:g}: {what} needs an estimated "
+                         f"{est.total_s:,.0f} s of serving; serve fewer or shorter requests, or "
+                         "raise --max-wall")
 
 
 def step_pricer(hw: str, target: str, draft: Model | None, source: str, runtime: Runtime
