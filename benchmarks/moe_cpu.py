@@ -6,19 +6,21 @@ verify paths, beside `CostModel(load_profile("cpu-2core"), spec, runtime="eager"
 The MoE is tiny-code's shape (4 layers of width 256, 4 heads of 64, vocabulary 2,048, tied
 embedding) with every layer's SwiGLU (d_ff 688) replaced by 16 routed experts of width 344, top-2
 and no shared expert: the active MLP width 2 × 344 equals the dense twin's 688, so both run the
-same active parameters per token (the MoE stores 8× the MLP weights). The dense twin is
-tiny-code's own shape. Random weights (seed 0, std 0.02: near-uniform routing, the pricing's
-default law). Steps are binary trees of n nodes after 128 committed tokens per row, B = 1
-through `CachedModel.verify` (`measure_steps`) and B = 4 through the batched target's `verify`
+same active parameters per token (the MoE stores 8× the MLP weights). The dense twin is tiny-
+code's own shape. Random weights (seed 0, std 0.02: a router with no preferred expert, the
+pricing's default law). Steps are binary trees of n nodes after 128 committed tokens per row, B =
+1 through `CachedModel.verify` (`measure_steps`) and B = 4 through the batched target's `verify`
 (`measure_batched`): profile-hw's own timing (perf_counter, warm-up per shape, median of
 interleaved repeats), float32, eager, 1 torch thread, as cpu-2core was measured. Predictions are
 the profile as it stands: nothing is fitted to these measurements. The machine-drift probe
 (cpu-2core's own tiny-code points re-timed, now over then; the geometric mean of a probe before
-and after) is printed, and the errors are shown both raw and with the prediction scaled by it
-("× drift": validate's correction for a machine running slower than when it was profiled).
+and after) is printed, and the errors are shown both raw and with the prediction scaled by it ("×
+drift": validate's correction for a machine running slower than when it was profiled).
 
 "experts" is the mean over MoE layers of the distinct experts the step's B × n tokens touched
-(counted in one extra forward of the same shapes), beside `expected_experts`(16, 2, B × n).
+(counted in one extra forward of the timed inputs: token ids 0..n−1 in every row, as profile-hw
+times steps, after each row's own random context), beside `expected_experts`(16, 2, B × n), the
+law's count for tokens that route independently.
 
 Run alone: `.venv/bin/python benchmarks/moe_cpu.py` (writes benchmarks/results/moe-cpu.txt).
 """
@@ -129,13 +131,13 @@ def main() -> None:
         table.add_column(column, justify="right")
     errors: dict[str, list[float]] = {moe.name: [], dense.name: []}
     drifted: dict[str, list[float]] = {moe.name: [], dense.name: []}
+    priced = {spec.name: CostModel(profile, spec, runtime="eager") for spec in (moe, dense)}
     for b in BATCHES:
         for n in NS:
             row = [str(b), str(n), f"{touched[b, n]:.1f} ({expected_experts(16, 2, b * n):.1f})"]
             for spec in (moe, dense):
                 real = measured[spec.name][b, n]
-                predicted = float(CostModel(profile, spec, runtime="eager")
-                                  .forward_time(b, n, CONTEXT))
+                predicted = float(priced[spec.name].forward_time(b, n, CONTEXT))
                 errors[spec.name].append(predicted / real - 1)
                 drifted[spec.name].append(predicted * drift / real - 1)
                 row += [f"{real * 1e3:.2f}", f"{predicted * 1e3:.2f}",
@@ -149,7 +151,7 @@ def main() -> None:
                                                           strict=True))
     prov = provenance(runtime)
     header = (f"# benchmarks/moe_cpu.py on {prov['device']}, torch {prov['torch']}, "
-              f"{prov['date']}; 2 cores shared with other work; median of {args.repeats} "
+              f"{prov['date']}; median of {args.repeats} "
               f"interleaved repeats per cell; machine drift (cpu-2core's tiny-code steps, "
               f"now / then) "
               f"{drift_before:.2f} before, {drift_after:.2f} after; '× drift': the error of the "
