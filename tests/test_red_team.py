@@ -309,7 +309,9 @@ def _mutants(text: str, per_key: int) -> list[tuple[str, str]]:
     return out
 
 
-def _fuzzed(cli: Cli, label: str, args: tuple[object, ...]) -> None:
+def _fuzzed(cli: Cli, label: str, args: tuple[object, ...]) -> tuple[int, str]:
+    """Run `args`: refused in one line or run with strict JSON out, never a traceback; the
+    exit status and stdout."""
     code, out, err = cli(*args)
     assert "Traceback" not in err and "internal error" not in err, (label, err)
     assert code in (0, 2), (label, code, err)
@@ -318,6 +320,7 @@ def _fuzzed(cli: Cli, label: str, args: tuple[object, ...]) -> None:
         assert len(lines) == 1 and lines[0].startswith("specscope: error:"), (label, err)
     else:
         _strict(out)
+    return code, out
 
 
 def test_fuzzed_cases_are_refused_or_priced(cli: Cli, tmp_path: Path) -> None:
@@ -388,8 +391,7 @@ def test_fuzzed_tree_files_are_refused_or_exported(cli: Cli, tmp_path: Path) -> 
         for engine in ("vllm", "sglang"):
             args = ("export", path, "--to", engine, "--target", "llama-3.1-8b", "--drafter",
                     "llama-3.2-1b", "--json")
-            _fuzzed(cli, label, args)
-            code, out, _ = cli(*args)
+            code, out = _fuzzed(cli, label, args)
             if code == 0:
                 safe(json.loads(out))
         if n % 4 == 0:  # the simulator reads the same files
@@ -1025,10 +1027,11 @@ def test_an_optimize_tree_file_without_what_it_was_chosen_for_is_refused(
 
 
 def test_non_json_writers_are_strict(tmp_path: Path) -> None:
-    """The writers outside the commands' --json: trace metadata, a tree, a JSON file."""
+    """The writers outside the commands' --json: trace metadata (an infinite temperature
+    passes the schema's check, ≥ 0, and is refused as JSON), a JSON file."""
     trace = synth_trace(2, 0, length=8)
-    bad = dataclasses.replace(trace, metadata={**trace.metadata, "temperature": float("nan")})
-    with pytest.raises(InputError):
+    bad = dataclasses.replace(trace, metadata={**trace.metadata, "temperature": float("inf")})
+    with pytest.raises(InputError, match="temperature is not a finite number"):
         write_trace(bad, tmp_path / "t.parquet")
     with pytest.raises(InputError, match=r"x\[1\]"):
         write_json(tmp_path / "x.json", {"x": [1.0, float("inf")]})

@@ -132,6 +132,7 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
         "specscope_version": __version__,
     }
     validate(trace.df, path, metadata)
+    strict_json(metadata, None)  # a non-finite value is refused naming its key
     encoded = {k: strict_json(v, None) for k, v in metadata.items()}
     return write_parquet_atomic(path, trace.df, encoded)
 
