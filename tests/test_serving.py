@@ -37,8 +37,10 @@ from specscope.models.torch import Transformer
 from specscope.models.zoo import load_zoo_model, weights_path
 from specscope.serving.bench import (
     ServeBenchRequest,
+    arrivals,
     run_serve_bench,
-    workload_groups,
+    wall_estimate,
+    with_prompts,
 )
 from specscope.serving.planners import PolicyPlanner, in_turn, make_planner
 from specscope.serving.server import Server, ServeRun
@@ -210,12 +212,42 @@ def test_workload_draws_as_simulate_does() -> None:
 
     prompts = [[1, 2, 3], [4, 5, 6, 7]]
     req = ServeBenchRequest("unused", rate=2.0, requests=5, output_len="uniform:3:9", seed=7)
-    ours = workload_groups(req, prompts)
+    ours = with_prompts(arrivals(req), prompts)
     spec = WorkloadSpec(5, 2.0, LengthDist("fixed", 100.0), LengthDist.parse("uniform:3:9", "o"))
     theirs = build_groups(spec, 7, lambda i: None, lambda r: (0, 0), lambda g: 1.0)
     assert [g.arrival_s for g in ours] == [g.arrival_s for g in theirs]
     assert [g.first[0].output_len for g in ours] == [g.first[0].output_len for g in theirs]
     assert [g.prompt_len for g in ours] == [3, 4, 3, 4, 3]
+
+
+def _chunk(new: object, context: object) -> np.ndarray:
+    """1 ms + 10 µs a new token + 1 µs a token of context: a forward's time in `_Linear`."""
+    return 1e-3 + 1e-5 * np.asarray(new) + 1e-6 * np.asarray(context)
+
+
+class _Linear:
+    """A cost model pricing one sequence's forward at `_chunk`."""
+
+    hw = SimpleNamespace(name="linear")
+
+    @staticmethod
+    def forward_time(batch: int, new: object, context: object) -> np.ndarray:
+        return batch * _chunk(new, context)
+
+
+def test_the_wall_estimate_prices_each_chunk_at_its_context_and_shares_decode() -> None:
+    """Prompts of 10 tokens (twice) and 25, chunked by 10: chunks (new, context) (10, 0) ×2,
+    (10, 0), (10, 10), (5, 20); unchunked one chunk each. Outputs 4, 4, 6 decode at their
+    request's mean context (prompt + output / 2), shared by 2 rows."""
+    est = wall_estimate(_Linear(), [10, 25, 10], [4, 6, 4], 3.0, 10, 2)
+    assert est.prefill_s == pytest.approx(
+        3 * _chunk(10, 0) + _chunk(10, 10) + _chunk(5, 20))
+    assert est.decode_s == pytest.approx(
+        (2 * 4 * _chunk(1, 12) + 6 * _chunk(1, 28)) / 2)
+    whole = wall_estimate(_Linear(), [10, 25, 10], [4, 6, 4], 3.0, None, 2)
+    assert whole.prefill_s == pytest.approx(2 * _chunk(10, 0) + _chunk(25, 0))
+    assert whole.total_s == pytest.approx(max(3.0, whole.prefill_s + whole.decode_s))
+    assert wall_estimate(_Linear(), [10], [4], 100.0, None, 1).total_s == 100.0
 
 
 def test_trace_without_the_policy_source_is_refused() -> None:

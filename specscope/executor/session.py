@@ -44,8 +44,9 @@ class Session:
                       where: str, output_len: str | None = None) -> None:
         """Warn when prompts of `tokens` and `max_new` new tokens (one number for all, or one
         per prompt; `output_len` names it in the warning, default the number) run past the
-        target's trained context: it decodes them, at positions it never learned. Every
-        command that runs prompts through the executor calls this, once, before running."""
+        target's trained context: it decodes them, at positions it never learned. generate,
+        collect, adapt and serve-bench call this once a run, before running (validate keeps
+        only the prompts that fit instead)."""
         limit = getattr(self.target_spec, "max_seq_len", 0)
         news = [max_new] * len(tokens) if isinstance(max_new, int) else list(max_new)
         over = [len(t) + n - limit for t, n in zip(tokens, news, strict=True)

@@ -52,7 +52,7 @@ from specscope.simulator.entities import Group
 from specscope.simulator.metrics import request_table, summarise, time_series
 from specscope.simulator.pricing import BatchPricer
 from specscope.simulator.scheduler import Limits
-from specscope.simulator.workload import LengthDist, WorkloadSpec, arrival_times, build_groups
+from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
 from specscope.trace import AcceptanceModel, Trace
 from specscope.tree import Tree
 
@@ -101,38 +101,42 @@ class ServeBenchResult:
     run: ServeRun
 
 
-def workload_groups(req: ServeBenchRequest, prompts: Sequence[Sequence[int]]) -> list[Group]:
-    """The arrivals of `req` (module docstring), request i with prompt i mod len(prompts)."""
-    if req.chunked_prefill is None and any(len(p) > req.token_budget for p in prompts):
-        raise InputError(f"--token-budget {req.token_budget} is below a prompt of "
-                         f"{max(map(len, prompts))} tokens; raise it or use --chunked-prefill")
-    return prompted_groups(workload_spec(req), req.seed, prompts)
-
-
-def workload_spec(req: ServeBenchRequest) -> WorkloadSpec:
-    """The workload of `req`, checked: its options, and its wait, refused when the last
-    arrival comes past the time limit (the run waits for it in wall-clock time)."""
+def arrivals(req: ServeBenchRequest) -> list[Group]:
+    """The requests of `req`, drawn once as `simulate` draws them for its seed (arrivals and
+    output lengths; prompt lengths come with the prompts: `with_prompts`), checked: its
+    options, and its wait, refused when the last arrival comes past the time limit (the run
+    waits for it in wall-clock time)."""
     spec = WorkloadSpec(requests=req.requests, rate=req.rate, prompt=LengthDist("fixed", 1.0),
                         output=LengthDist.parse(req.output_len, "--output-len"),
                         arrivals=req.arrivals, cv=req.cv, arrival_file=req.arrival_file)
     spec.check()
-    last = float(arrival_times(spec, np.random.default_rng([req.seed, 0]))[-1])  # build_groups'
+    groups = _unprompted(spec, req.seed)
+    last = groups[-1].arrival_s
     what = (f"--arrival-file {req.arrival_file}" if req.arrival_file is not None
             else f"--rate {req.rate:g} with --requests {req.requests}")
     wait = f"{last:,.0f} s" if last < 1e7 else f"{last:.1e} s"
     check_time(last, f"{what} (its last arrival comes {wait} after the start, waited in "
                      "wall-clock time)", "serving")
-    return spec
+    return groups
+
+
+def with_prompts(groups: list[Group], prompts: Sequence[Sequence[int]]) -> list[Group]:
+    """`groups` with request i given prompt i mod len(prompts) (its length the prompt's own)."""
+    for group in groups:
+        group.prompt_len = group.first[0].prompt_len = len(prompts[group.id % len(prompts)])
+    return groups
 
 
 def prompted_groups(spec: WorkloadSpec, seed: int, prompts: Sequence[Sequence[int]]
                     ) -> list[Group]:
     """`spec`'s arrivals and output lengths as `simulate` draws them for `seed`, request i with
-    prompt i mod len(prompts) (its length the prompt's own)."""
-    groups = build_groups(spec, seed, lambda i: None, lambda row: (0, 0), lambda g: 1.0)
-    for group in groups:
-        group.prompt_len = group.first[0].prompt_len = len(prompts[group.id % len(prompts)])
-    return groups
+    prompt i mod len(prompts)."""
+    return with_prompts(_unprompted(spec, seed), prompts)
+
+
+def _unprompted(spec: WorkloadSpec, seed: int) -> list[Group]:
+    """`spec`'s groups in arrival order, as `simulate` draws them for `seed`, no trace."""
+    return build_groups(spec, seed, lambda i: None, lambda row: (0, 0), lambda g: 1.0)
 
 
 def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> ServeBenchResult:
@@ -142,7 +146,7 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
         raise InputError(f"--budget must be ≥ 1 (tree size counts the root), got {req.budget}")
     if req.acceptance is not None and req.trace is not None:
         raise InputError("give one of --trace and --acceptance")
-    workload_spec(req)  # a bad or endless workload is refused before any model loads
+    groups = arrivals(req)  # a bad or endless workload is refused before any model loads
     session = session or load_session(req.model, draft_model_for([req.drafter], req.draft_model),
                                       req.runtime)
     prompts = session.prompts(req.prompts)
@@ -165,11 +169,14 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
     limits.check()
     if req.policy == "none":  # plain decoding starts no drafter, as `simulate` prices it
         shared, drafters = None, [Drafter() for _ in drafters]
-    groups = workload_groups(req, prompts)
-    session.check_context([prompts[g.id % len(prompts)] for g in groups],
-                          [g.output_tokens for g in groups], f"--prompts {req.prompts}",
+    if req.chunked_prefill is None and any(len(p) > req.token_budget for p in prompts):
+        raise InputError(f"--token-budget {req.token_budget} is below a prompt of "
+                         f"{max(map(len, prompts))} tokens; raise it or use --chunked-prefill")
+    groups = with_prompts(groups, prompts)
+    served = [prompts[g.id % len(prompts)] for g in groups]
+    session.check_context(served, [g.output_tokens for g in groups], f"--prompts {req.prompts}",
                           req.output_len)
-    _check_wall(req, session, groups, [len(prompts[g.id % len(prompts)]) for g in groups])
+    _check_wall(req, session, groups)
     threads = use_threads(req.threads, session.target, session.draft)
     if shared is not None:
         shared.model.prepare(max_tree)
@@ -183,7 +190,7 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
     _warm_up(model, prompts[0])
     server = Server(model, drafters.__getitem__, planner, limits)
     try:
-        run = server.run(groups, [prompts[g.id % len(prompts)] for g in groups])
+        run = server.run(groups, served)
     finally:
         if shared is not None:
             shared.close()
@@ -243,14 +250,14 @@ def wall_estimate(cost: CostModel, prompt_lens: Sequence[int], outputs: Sequence
     return WallEstimate(last_arrival_s, prefill, decode, cost.hw.name)
 
 
-def _check_wall(req: ServeBenchRequest, session: Session, groups: Sequence[Group],
-                prompt_lens: Sequence[int]) -> None:
+def _check_wall(req: ServeBenchRequest, session: Session, groups: Sequence[Group]) -> None:
     """Refuse a run whose `wall_estimate` passes `--max-wall` (default: the time limit)."""
     spec = session.target_spec
     if spec is None:  # a Hugging Face adapter's model: nothing to price it with
         return
     profile = load_profile(req.hw or WALL_PROFILES.get(req.runtime.device.type, "h100"))
-    est = wall_estimate(CostModel(profile, spec, runtime=req.runtime.kind), prompt_lens,
+    est = wall_estimate(CostModel(profile, spec, runtime=req.runtime.kind),
+                        [g.prompt_len for g in groups],
                         [g.output_tokens for g in groups], max(g.arrival_s for g in groups),
                         req.chunked_prefill, req.max_batch)
     what = (f"this run (last arrival {est.last_arrival_s:,.0f} s; prefill {est.prefill_s:,.0f} "
