@@ -10,8 +10,9 @@ from typing import Any
 from specscope.errors import InputError
 from specscope.interop import hf_transformers, sglang, tensorrt_llm, vllm
 from specscope.interop.engine import Plan, chains_only, method_for, served
-from specscope.interop.families import best_chain, dp_best
+from specscope.interop.families import best_chain
 from specscope.names import EXPORT_ENGINES, MODEL_FREE_SOURCES
+from specscope.optimizers.compare import best_any_size
 from specscope.optimizers.run import OptimizeResult
 from specscope.trace.sources import NO_DRAFTER, draft_model
 from specscope.tree import ROOT_SOURCE, read_tree_file
@@ -37,7 +38,7 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
     setup = result.setup
     assert setup is not None
     budget = max(result.comparison.pareto)
-    dp = None if chains_only(setup) else (result.optimum or dp_best(setup, budget))
+    dp = None if chains_only(setup) else (result.optimum or best_any_size(setup, budget))
     best = max([result.best, dp or best_chain(setup, budget)],
                key=lambda s: s.speedup)
     exported = module.export(Plan(setup, budget, best, result.target, result.drafter, method,

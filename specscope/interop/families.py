@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specscope.errors import InputError
-from specscope.optimizers.compare import Setup, compare
+from specscope.optimizers.compare import Setup
 from specscope.optimizers.scoring import Score, score_tree
 from specscope.tree import ROOT_SOURCE, Tree, acceptance_table
 
@@ -217,14 +217,8 @@ def contiguous(tree: Tree) -> str | None:
     return None
 
 
-def dp_best(setup: Setup, budget: int) -> Score:
-    """The DP's best tree of at most `budget` nodes by predicted speedup (every size and depth
-    up to the caps: `optimizers.compare`'s hardware-aware choice)."""
-    return compare(setup, ["sequoia"], budgets=[budget]).scores[0]
-
-
 def best_paths(setup: Setup, budget: int, unconstrained: Score, dp: Score) -> Score:
-    """The best static tree of paths: the DP's (`dp_best`, whose children are always each
+    """The best static tree of paths: the DP's (`best_any_size`, whose children are always each
     node's top ranks), or the unconstrained best's tree when it is one (`contiguous`) and
     scores higher as a static tree (a policy's row, SpecDec++'s, is valued as the chain it
     reports)."""

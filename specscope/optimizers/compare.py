@@ -63,6 +63,16 @@ class Setup:
     max_depth: int | None = None
     trace: Trace | None = None
     options: MethodOptions = field(default_factory=MethodOptions)
+    _dps: dict[tuple[int, int | None], SequoiaDP] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
+    def sequoia(self, budget: int, max_depth: int | None) -> SequoiaDP:
+        """Sequoia's solved DP up to `budget` nodes and `max_depth`, built once per setup: the
+        method's tree of n nodes, its best size and the any-size optimum read one table."""
+        key = (budget, max_depth)
+        if key not in self._dps:
+            self._dps[key] = SequoiaDP(self.p, budget, max_depth)
+        return self._dps[key]
 
     @cached_property
     def goose_sources(self) -> tuple[str, str] | None:
@@ -113,7 +123,7 @@ def _goose(s: Setup, n: int, d: int | None) -> Tree:
 
 
 TREE_METHODS: dict[str, Builder] = {
-    "sequoia": lambda s, n, d: SequoiaDP(s.p, n, d).tree(n, source=s.source),
+    "sequoia": lambda s, n, d: s.sequoia(n, d).tree(n, source=s.source),
     "ets": lambda s, n, d: ets_tree(
         s.p, n, d, s.source, kv_penalty=s.options.ets_kv_penalty, coverage=s.options.ets_coverage
     ),
@@ -235,7 +245,7 @@ def _hardware_aware(algo: str, setup: Setup, budgets: Sequence[int]) -> list[Sco
                 rows[cap] = _specdecpp(setup, cap)
         return [rows[min(b, SPECDECPP_MAX_LEN + 1)] for b in budgets]
     if algo == DP_REFERENCE:
-        dp = SequoiaDP(setup.p, max(budgets), setup.max_depth)
+        dp = setup.sequoia(max(budgets), setup.max_depth)
         steps = setup.pricing.step_table(max(budgets), dp.table.shape[1] - 1,
                                           setup.source)
         trees = [
