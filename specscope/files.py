@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,16 @@ def text_lines(path: Path, what: str, max_line: int = MAX_LINE
                 raise InputError(f"{path}: line {number}: not UTF-8 text (a {what} is "
                                  "expected)") from None
             yield number, text.rstrip("\r\n"), whole
+
+
+def known_keys(table: Mapping[str, Any], known: Sequence[str], where: str,
+               what: str = "key") -> None:
+    """Refuse the first key of `table` that is not in `known` (a typo would otherwise be
+    dropped without a word), naming it and the known ones; `where` prefixes the line ("path: ",
+    "path: [section] "), `what` names the thing ("key", "key or table")."""
+    unknown = [key for key in table if key not in known]
+    if unknown:
+        raise InputError(f"{where}unknown {what} {unknown[0]!r}; known: {', '.join(known)}")
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from specscope.errors import InputError, warn
-from specscope.files import read_toml
+from specscope.files import known_keys, read_toml
 from specscope.hw_profiles.loop import FLAGS, LOOP_KEYS, LoopCosts
 from specscope.hw_profiles.runtime import RuntimeParams, parse_runtime, replace_values
 from specscope.hw_profiles.wake import Wake, parse_wake
@@ -259,28 +259,20 @@ _MEASURED_KEYS = ("model", "batch", "context", "new_tokens", "time_ms", "weight_
                   "source", "runtime", "priced")
 
 
-def _known_keys(data: dict[str, Any], path: Path) -> None:
+def _check_keys(data: dict[str, Any], path: Path) -> None:
     """Refuse a key or table a profile does not read (a typo would be dropped without a word),
     naming the known ones."""
-    unknown = [key for key in data if key not in _TOP]
-    if unknown:
-        raise InputError(f"{path}: unknown key or table {unknown[0]!r}; known: {', '.join(_TOP)}")
+    known_keys(data, _TOP, f"{path}: ", "key or table")
     for section, keys in _SECTIONS.items():
         table = data.get(section, {})
         if not isinstance(table, dict):
             raise InputError(f"{path}: [{section}] must be a table")
-        unknown = [key for key in table if key not in keys]
-        if unknown:
-            raise InputError(f"{path}: [{section}] unknown key {unknown[0]!r}; known: "
-                             f"{', '.join(keys)}")
+        known_keys(table, keys, f"{path}: [{section}] ")
     measured = data.get("measured", [])
     if not isinstance(measured, list) or not all(isinstance(m, dict) for m in measured):
         raise InputError(f"{path}: [[measured]] must be tables")
     for i, entry in enumerate(measured):
-        unknown = [key for key in entry if key not in _MEASURED_KEYS]
-        if unknown:
-            raise InputError(f"{path}: [[measured]] #{i + 1} unknown key {unknown[0]!r}; known: "
-                             f"{', '.join(_MEASURED_KEYS)}")
+        known_keys(entry, _MEASURED_KEYS, f"{path}: [[measured]] #{i + 1} ")
 
 
 def _assumed(data: dict[str, Any], where: Path) -> dict[str, str]:
@@ -342,7 +334,7 @@ def profile_from_data(data: dict[str, Any], path: Path) -> HardwareProfile:
     def g(section: str, key: str, kind: type = float) -> Any:
         return _get(data, section, key, path, kind)
 
-    _known_keys(data, path)
+    _check_keys(data, path)
     kind = g("", "kind", str)
     if kind not in KINDS:
         raise InputError(f"{path}: kind must be one of {', '.join(KINDS)}, got {kind!r}")

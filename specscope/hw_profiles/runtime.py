@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specscope.errors import InputError
+from specscope.files import known_keys
 from specscope.names import RUNTIMES
 
 if TYPE_CHECKING:
@@ -115,10 +116,7 @@ def parse_runtime(name: str, table: Any, where: Path | str) -> RuntimeParams:
         raise InputError(f"{at}: unknown runtime; known: {', '.join(RUNTIMES)}")
     if not isinstance(table, dict):
         raise InputError(f"{at} must be a table")
-    unknown = [key for key in table if key not in FIELDS and key not in ("engine", "origin")]
-    if unknown:
-        raise InputError(f"{at}: unknown key {unknown[0]!r}; known: engine, origin, "
-                         f"{', '.join(FIELDS)}")
+    known_keys(table, ("engine", "origin", *FIELDS), f"{at}: ")
     values: dict[str, Any] = {}
     for key, (unit, lo, hi) in FIELDS.items():
         value = table.get(key, OPTIONAL.get(key))

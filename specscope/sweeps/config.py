@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from specscope.errors import InputError
-from specscope.files import parse_toml, read_text
+from specscope.files import known_keys, parse_toml, read_text
 from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.engine import ENGINE_NAMES
 from specscope.hw_profiles.profile import profile_path
@@ -151,7 +151,7 @@ def load_config(path: str | Path) -> SweepConfig:
     text = read_text(path, "sweep config")
     data = parse_toml(text, path)
     known = {*AXES, *SETTINGS, "grid"}
-    _known_keys(data, known, f"{path}: ")
+    known_keys(data, sorted(known), f"{path}: ")
     sections = data.get("grid", [])
     if not isinstance(sections, list) or not sections or not all(
             isinstance(s, dict) for s in sections):
@@ -163,15 +163,9 @@ def load_config(path: str | Path) -> SweepConfig:
     for i, section in enumerate(sections):
         name = str(section.get("name", f"#{i + 1}"))
         where = f"{path}: grid {name}: "
-        _known_keys(section, {*AXES, *SETTINGS, "name"} - {"seed"}, where)
+        known_keys(section, sorted({*AXES, *SETTINGS, "name"} - {"seed"}), where)
         grids.append(_grid(name, _merge(defaults, section), path.parent, where, traces))
     return SweepConfig(path, text, seed, tuple(grids), traces)
-
-
-def _known_keys(table: dict[str, Any], known: set[str], where: str) -> None:
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise InputError(f"{where}unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
 
 
 def _merge(defaults: dict[str, Any], section: dict[str, Any]) -> dict[str, Any]:
@@ -358,7 +352,7 @@ def _simulation(value: Any, trace: str | None, where: str) -> dict[str, Any]:
     """The simulation settings, checked (types, ranges, names)."""
     if not isinstance(value, dict):
         raise InputError(f"{where}simulation: a table of settings, got {value!r}")
-    _known_keys(value, set(SIMULATION), f"{where}simulation: ")
+    known_keys(value, sorted(SIMULATION), f"{where}simulation: ")
     out: dict[str, Any] = {}
     for key, item in value.items():
         at = f"{where}simulation.{key}"
