@@ -84,7 +84,7 @@ def cost(
     """Step time of one forward pass, per operator. Prices a batch on a hardware profile and
     runtime (context 0 prices a prompt of --new-tokens tokens); --drafter adds one draft
     token's step; --system prices the target and drafter as that seed system deploys them."""
-    from specscope.hw_profiles import CostModel, load_profile
+    from specscope.hw_profiles import load_profile
     from specscope.hw_profiles.cost_report import cost_report
     from specscope.hw_profiles.deployment import deployment
     from specscope.hw_profiles.pricing import deployed
@@ -116,8 +116,7 @@ def cost(
         profile, spec = load_profile(hw), get_model(setup.target)
         cm = setup.target_cost(profile, spec, group_size=group_size)
         draft = setup.draft_spec(drafter_spec(draft_model, spec))
-        drafts = None if draft is None else CostModel(profile, draft, runtime=runtime,
-                                                      tp=setup.draft_tp)
+        drafts = setup.draft_cost(profile, draft)
     else:
         if group_size != 128 or offload or stages > 1:
             raise InputError("--group-size, --offload and --stages price the plain model; a "

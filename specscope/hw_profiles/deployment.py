@@ -99,6 +99,14 @@ class Deployment:
                          stages=self.stages, ep=self.ep, precision=self.precision,
                          expert_precision=self.expert_precision, kv_bits=self.kv_bits, **extra)
 
+    def draft_cost(self, profile: HardwareProfile, spec: ModelSpec | None) -> CostModel | None:
+        """The draft model's cost model as deployed (None: the source drafts without one): on
+        its `draft_tp` devices, under the target's runtime and tree attention until
+        `pricing.deployed` applies the draft runtime."""
+        return None if spec is None else CostModel(
+            profile, spec, runtime=self.runtime, tree_attention=self.tree_attention,
+            tp=self.draft_tp)
+
     def check_system(self, system: str | None) -> None:
         """Refuse expert parallelism or number formats beside a seed `system`, which deploys
         its own models (16-bit, no expert parallelism)."""

@@ -230,9 +230,7 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
 
     if req.deployed is None:
         verified = dep.target_cost(profile, get_model(target))
-        drafts = None if priced is None else CostModel(
-            profile, priced, runtime=dep.runtime, tree_attention=dep.tree_attention,
-            tp=dep.draft_tp)
+        drafts = dep.draft_cost(profile, priced)
     else:
         verified, drafts, source, drafter = _as_deployed(req, source)
     pricing = deployed_pricing(dep, verified, drafts, int(context),

@@ -293,8 +293,7 @@ def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) 
                                          chosen.source))
     if req.policy == "none":
         return _Drafter(chosen.source, None)
-    cost = None if priced is None else CostModel(profile, priced, runtime=dep.runtime,
-                                                 tp=dep.draft_tp)
+    cost = dep.draft_cost(profile, priced)
     if req.draft_placement == "separate" and cost is None:
         raise InputError("--draft-placement separate needs a draft model (--drafter MODEL)")
     return _Drafter(chosen.source, cost)
