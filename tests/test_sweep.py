@@ -170,6 +170,29 @@ def test_engine_cells_equal_optimize_tree_on_that_engine(tmp_path: Path) -> None
                                                       rel=1e-12)
 
 
+def test_an_engine_that_shards_the_draft_shards_it_in_a_sweep_too(tmp_path: Path) -> None:
+    """vLLM runs the draft on the target's tp devices: an analytic cell at tp 2 prices it there,
+    as optimize-tree does (it priced the draft on one device)."""
+    config = _write(tmp_path, """
+        acceptance = [0.6, 0.2]
+        [[grid]]
+        hardware = "h100"
+        engine = "vllm"
+        target = "llama-3.1-8b"
+        drafter = "llama-3.2-1b"
+        method = "chain"
+        budget = 4
+        tp = 2
+        """)
+    row = run_sweep(config, output=tmp_path / "out.parquet").table
+    expected = run_optimize(OptimizeRequest(
+        deployment=deployment("h100", target="llama-3.1-8b", drafter="llama-3.2-1b",
+                              engine="vllm", tp=2),
+        acceptance=[0.6, 0.2], algos="chain", budget=4))
+    chain = next(s for s in expected.comparison.scores if s.algo == "chain")
+    assert row["speedup"].item() == pytest.approx(chain.speedup, rel=1e-12)
+
+
 def test_trace_cells_replay_the_trace_and_run_every_method(tmp_path: Path) -> None:
     write_trace(synth_trace(requests=6, seed=3, length=96), tmp_path / "trace.parquet")
     config = _write(tmp_path, """

@@ -170,15 +170,16 @@ def _cached_pricing(hardware: str, runtime: str, target: str, drafter: str, tp: 
                     weight_bits: int, context: int, batch: int, temperature: float,
                     system: str, system_options: tuple[tuple[str, Any], ...],
                     engine: str = DEFAULT_ENGINE) -> Pricing:
+    setup = deployment(hardware, engine=None if engine == DEFAULT_ENGINE else engine,
+                       runtime=runtime, batch=batch, tp=tp)
     if system != NO_SYSTEM:
         deployed = _deployed(hardware, runtime, target, drafter, tp, weight_bits, system,
                              system_options)
         models = deployed.target, deployed.drafter
-    else:
+    else:  # the draft on the devices the engine shards it over, as optimize-tree prices it
         models = (_cost(hardware, target, runtime, tp, weight_bits),
-                  None if drafter in MODEL_FREE_SOURCES else _cost(hardware, drafter, runtime))
-    setup = deployment(hardware, engine=None if engine == DEFAULT_ENGINE else engine,
-                       runtime=runtime, batch=batch)
+                  None if drafter in MODEL_FREE_SOURCES
+                  else _cost(hardware, drafter, runtime, setup.draft_tp))
     return deployed_pricing(setup, *models, context, temperature=temperature)
 
 
