@@ -35,9 +35,9 @@ def test_each_option_at_its_limit_prices_as_today(cli, extra: tuple) -> None:
 
 def step(draft_window: int | None = None, context: int = 4096, batch: int = 1) -> float:
     hw = load_profile("h100")
-    pricing = deployed(deployment("h100", draft_window=draft_window),
+    pricing = deployed(deployment("h100", draft_window=draft_window, batch=batch),
                        CostModel(hw, get_model("llama-3.1-8b")),
-                       CostModel(hw, get_model("llama-3.2-1b")), context, batch)
+                       CostModel(hw, get_model("llama-3.2-1b")), context)
     return pricing.level_s("draft", 4)
 
 

@@ -30,8 +30,8 @@ def on_engine(engine: str | None, target: CostModel, draft: CostModel | None, co
               batch: int = 1, **stated: str) -> Pricing:
     """`Pricing` of the models as the deployment of `engine` and the `stated` options runs
     them."""
-    return deployed(deployment(target.hw.name, engine=engine, **stated), target, draft, context,
-                    batch)
+    return deployed(deployment(target.hw.name, engine=engine, batch=batch, **stated), target,
+                    draft, context)
 
 
 def _engine_file(tmp_path: Path, body: str, sources: str = 'loop = "test"\n') -> str:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from specscope.errors import InputError
+from specscope.files import text_lines
 from specscope.interop.counters import ChainCounts, imported, read_acceptance
 from specscope.interop.families import TopK
 from specscope.interop.sglang_log import accept_length
@@ -51,8 +52,10 @@ def vllm_metrics(drafts: int = 1000, per_pos: tuple[int, ...] = PER_POS,
     return generate_latest(registry).decode()
 
 
-def test_vllm_counters_give_the_pooled_top_rank_acceptance() -> None:
-    counts = parse_vllm_metrics(vllm_metrics(engines=2), "m.txt")
+def test_vllm_counters_give_the_pooled_top_rank_acceptance(tmp_path: Path) -> None:
+    path = tmp_path / "m.txt"
+    path.write_text(vllm_metrics(engines=2))
+    counts = parse_vllm_metrics(text_lines(path, "metrics file"), "m.txt")
     assert counts == ChainCounts(1000, PER_POS, 3000, 1220, counts.where, counts.names)
     doc = imported(counts, "vllm-metrics")
     tries = 1000 + 650 + 380

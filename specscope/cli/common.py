@@ -141,8 +141,6 @@ PROMPT_SOURCES = (f"a built-in set ({', '.join(f'builtin:{name}' for name in PRO
                   "skipped)")
 """What `--prompts` takes (`models/zoo/prompts.py:load_prompts`), for its help."""
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-PolicyBudget = Annotated[int, typer.Option(min=1, help="Tree size per request (root included) "
-                                                       "of the dynamic policies.")]
 PolicyDepth = Annotated[int, typer.Option(min=1, help="Depth cap of the dynamic policies.")]
 MaxBatch = Annotated[int | None, typer.Option(
     min=1, help=f"Sequences per step, the server's limit (default {SERVED_MAX_BATCH}, the "

@@ -38,12 +38,12 @@ from specscope.tree import Tree
 
 @dataclass(frozen=True)
 class Pricing:
-    """Prices speculative steps of one (hardware, target, drafter, context, batch) on an
-    engine's loop (None: the profile's own, as profile-hw measured it); `baseline` is the target
-    as the autoregressive baseline runs it (None: `target`), on `baseline_engine`'s loop (None:
-    the engine's baseline). `draft_window` caps the tokens the draft keeps and reads (a
-    StreamingLLM-style self-speculation's window, any draft with a bounded cache; None: the
-    whole context)."""
+    """Prices speculative steps of one (hardware, target, drafter, context, batch) on an engine's
+    loop (None: the profile's own, as profile-hw measured it); `baseline` is the target as
+    the autoregressive baseline runs it (None: `target`), on `baseline_engine`'s loop (None:
+    the engine's own loop, as `pricing.deployed` always states one beside an engine).
+    `draft_window` caps the tokens the draft keeps and reads (a StreamingLLM-style self-
+    speculation's window, any draft with a bounded cache; None: the whole context)."""
 
     target: CostModel
     drafter: CostModel | None
@@ -235,14 +235,14 @@ def draft_levels(tree: Tree, draft_cache: bool, upto: int | None = None
 
 
 def deployed(deployment: Deployment, target: CostModel, drafter: CostModel | None,
-             context_len: int, batch: int | None = None, **options: float | str) -> Pricing:
-    """`Pricing` of `target` and `drafter` as `deployment` runs them (its `batch` unless given).
+             context_len: int, **options: float | str) -> Pricing:
+    """`Pricing` of `target` and `drafter` as `deployment` runs them, at its batch.
     Under an engine: the target under the deployment's runtime and tree attention with the
     engine's layer ratios and prompt logits, the drafter under the draft runtime (by default the
     verified target's), the baseline as the baseline engine runs the target. Without one: the
     models as they stand, under a stated runtime, draft runtime and tree attention (a seed system
     deploys its models with split attention)."""
-    batch = deployment.batch if batch is None else batch
+    batch = deployment.batch
     attention = deployment.tree_attention
     engine = deployment.engine
     if engine is None:

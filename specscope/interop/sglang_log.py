@@ -29,12 +29,10 @@ SGLANG_INTERVAL = 40
 default): a line's `accept len` averages #running-req × this many request-steps."""
 
 
-def parse_sglang_log(lines: str | Iterable[tuple[int, str, bool]], where: str) -> np.ndarray:
+def parse_sglang_log(lines: Iterable[tuple[int, str, bool]], where: str) -> np.ndarray:
     """(running requests, accept len) of every SGLang decode log line (a line with `Decode
-    batch` and `accept len`), as an (N, 2) array, read in one pass (the log given whole or as
-    `text_lines` gives it); a malformed number is an `InputError` naming its line."""
-    if isinstance(lines, str):
-        lines = ((i, line, True) for i, line in enumerate(lines.splitlines(), 1))
+    batch` and `accept len`), as an (N, 2) array, read in one pass (the log's lines as
+    `text_lines` gives them); a malformed number is an `InputError` naming its line."""
     running, lengths = array("d"), array("d")
     for number, line, _ in lines:
         if "Decode batch" not in line or "accept len" not in line:

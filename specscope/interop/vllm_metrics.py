@@ -57,16 +57,14 @@ def _series(name: str, labels: Mapping[str, str]) -> str:
     return f"{name}{{{inner}}}" if inner else name
 
 
-def parse_vllm_metrics(lines: str | Iterable[tuple[int, str, bool]], where: str,
+def parse_vllm_metrics(lines: Iterable[tuple[int, str, bool]], where: str,
                        model: str | None = None) -> ChainCounts:
-    """The spec-decode counters of vLLM's Prometheus text, given whole or as `text_lines`
-    gives it (number, text, whole), read in one pass keeping only the spec-decode series:
+    """The spec-decode counters of vLLM's Prometheus text, its lines as `text_lines` gives
+    them (number, text, whole), read in one pass keeping only the spec-decode series:
     summed over engines (`model` picks one `model_name` when several served). A series
     repeated with the same value (one scrape pasted twice) is counted once, with one warning;
     repeated with another value (two scrapes of a growing counter) it is refused, as are
     counts that are not whole numbers in 0..`MAX_COUNT`."""
-    if isinstance(lines, str):
-        lines = ((i, line, True) for i, line in enumerate(lines.splitlines(), 1))
     seen: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, int]] = {}
     repeats: list[tuple[str, int, int]] = []
     values: dict[str, int] = {}
