@@ -77,8 +77,8 @@ def _copy_package(into: Path) -> Path:
 
 
 def _examples(folder: Path) -> None:
-    """`folder/examples`: links to the repository's examples, and vLLM metrics text made here
-    when the repository has none yet."""
+    """`folder/examples`: links to the repository's examples (the quickstart reads its vLLM
+    metrics text there)."""
     examples = folder / "examples"
     examples.mkdir()
     for entry in (ROOT / "examples").iterdir():
