@@ -156,11 +156,13 @@ def test_a_non_numeric_value_is_one_line(tmp_path: Path, value: object) -> None:
     assert "'hidden_size'" in one_line_error(written(tmp_path, cfg))
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", "\udcff"])
-def test_malformed_json_is_one_line(tmp_path: Path, text: str) -> None:
+@pytest.mark.parametrize(("text", "words"), [("{not json", "not JSON"),
+                                             ("[1, 2]", "not a JSON object"),
+                                             ("\udcff", "not UTF-8")])
+def test_malformed_json_is_one_line(tmp_path: Path, text: str, words: str) -> None:
     path = tmp_path / "config.json"
     path.write_bytes(text.encode("utf-8", "surrogateescape"))
-    one_line_error(path)
+    assert words in one_line_error(path)
 
 
 def test_a_missing_or_unreadable_file_is_one_line(tmp_path: Path) -> None:
@@ -177,12 +179,14 @@ def test_qwen3_moe_sparse_layers_other_than_a_tail_are_refused(tmp_path: Path) -
     assert (leading.first_dense_layers, leading.d_ff) == (2, 6144)
     message = one_line_error(written(tmp_path, {**cfg, "decoder_sparse_step": 2}, "step"))
     assert "decoder_sparse_step 2" in message
-    one_line_error(written(tmp_path, {**cfg, "mlp_only_layers": [5]}, "middle"))
+    assert "not every layer from some first one on" in one_line_error(
+        written(tmp_path, {**cfg, "mlp_only_layers": [5]}, "middle"))
 
 
 def test_a_malformed_layer_types_list_is_refused(tmp_path: Path) -> None:
     cfg = config("gpt-oss-20b")
-    one_line_error(written(tmp_path, {**cfg, "layer_types": ["full_attention"] * 3}))
+    assert "layer_types must list" in one_line_error(
+        written(tmp_path, {**cfg, "layer_types": ["full_attention"] * 3}))
 
 
 def test_rope_theta_may_sit_in_rope_parameters(tmp_path: Path) -> None:
