@@ -1,6 +1,9 @@
 """What `specscope trace import` costs on a big file: peak resident memory and wall time.
 
 Run: .venv/bin/python benchmarks/imports.py [--mb 200] [--formats vllm-metrics,comments,sglang-log]
+[--out FILE]; the table, with the specscope commit the child imported, goes to `--out`
+(default results/imports-cpu.txt). Another commit is measured by putting its checkout first on
+PYTHONPATH.
 
 Each file is written into a temporary folder and imported by `python -m specscope trace import
 FILE --from FORMAT -o OUT` in a child process, whose peak resident set (`ru_maxrss` of
@@ -13,7 +16,8 @@ FILE --from FORMAT -o OUT` in a child process, whose peak resident set (`ru_maxr
 - `sglang-log`: SGLang decode log lines (`accept len` 2.176, 3 running requests) among other
   log lines, imported with `--steps 3 --topk 1`.
 
-The issue's figure for the 200 MB metrics file before streaming: 3.38 GB resident, 42 s.
+The issue's figure for the 200 MB metrics file before streaming: 3.38 GB resident, 42 s;
+this script on the commit before it (6498ad1): results/imports-cpu-6498ad1.txt.
 """
 
 from __future__ import annotations
@@ -83,10 +87,28 @@ def measure(args: list[str]) -> tuple[int, float, float, str]:
         lines[-1] if lines else "")
 
 
+def provenance(args: argparse.Namespace) -> str:
+    """Where and what was measured: the commit of the specscope the child imports, the CPU,
+    Python, the date and the command."""
+    where = subprocess.run([sys.executable, "-c", "import specscope; print(specscope.__file__)"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", str(Path(where).parent), "rev-parse", "--short",
+                             "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "unknown CPU")
+    return (f"# benchmarks/imports.py: specscope {commit or 'unknown'}, {cpu}, "
+            f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, "
+            f"{time.strftime('%Y-%m-%d')}\n"
+            f"# command: python benchmarks/imports.py --mb {args.mb:g} --formats {args.formats}\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=200.0)
     parser.add_argument("--formats", default="vllm-metrics,comments,sglang-log")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).parent / "results" / "imports-cpu.txt")
     args = parser.parse_args()
     table = Table(title=f"trace import of {args.mb:g} MB files ({os.cpu_count()} cores)")
     for col in ("file", "MB", "exit", "wall s", "peak RSS MB", "stderr (last line)"):
@@ -101,7 +123,11 @@ def main() -> None:
             table.add_row(kind, f"{path.stat().st_size / 1e6:.0f}", str(code), f"{wall:.1f}",
                           f"{rss:,.0f}", err[:70])
             path.unlink()
-    Console(width=160).print(table)
+    console = Console(width=160, record=True)
+    console.print(table)
+    header = provenance(args)
+    args.out.write_text(header + console.export_text())
+    print(header, end="")
 
 
 if __name__ == "__main__":
