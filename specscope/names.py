@@ -25,6 +25,9 @@ HOST_DRAFTERS = ("ngram", "suffix", "recycle", "goose")
 """Model-free drafters whose per-step host time a profile measures (`[drafters]` `<name>_us`)."""
 SEQUENCE_SOURCES = ("ngram", "suffix")
 """Source names of the sequence drafters (they fill `proposal` and `match_len`)."""
+MTP_DRAFTER = "mtp"
+"""`--drafter mtp`: the target's own multi-token-prediction layer drafts (priced as
+`models.catalogue.mtp_spec`; its trace source is `draft:mtp`)."""
 MODEL_FREE_SOURCES = frozenset({*SEQUENCE_SOURCES, "recycle", "stand"})
 """Drafter sources that need no model forward (prompt lookup, suffix match, token recycling,
 STAND's n-gram table)."""

@@ -15,7 +15,7 @@ import pytest
 from specscope.cli import main
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, load_profile
-from specscope.hw_profiles.deployment import deployment
+from specscope.hw_profiles.deployment import Deployment, deployment
 from specscope.models import get_model
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.systems.case import Case
@@ -185,10 +185,17 @@ def _options(system: str) -> dict:
     return {"hierspec": {"inner_tau": 3.0, "chain": 4}}.get(system, {})
 
 
+def _deployment(system: str) -> Deployment:
+    """Where `system` is served: the MTP drafter needs a target that ships MTP layers."""
+    if system == "mtp":
+        return deployment("h200", target="deepseek-v3", tp=8, weight_bits=8)
+    return deployment("a100", target=TARGET, drafter="llama-3.2-1b")
+
+
 @pytest.mark.parametrize("system", sorted(SYSTEMS))
 def test_simulate_serves_every_system(system: str) -> None:
     req = SimulateRequest(
-        deployment=deployment("a100", target=TARGET, drafter="llama-3.2-1b"),
+        deployment=_deployment(system),
         policy="dyspec", acceptance=(0.6, 0.2), rate=5.0, requests=8, output_len="32",
         prompt_len="64", seed=0, system=system, system_options=_options(system), budget=4)
     try:

@@ -74,7 +74,8 @@ Source = Annotated[str | None, typer.Option(
     help="Trace source whose acceptance is used, or its kind alone (rasd) when the trace holds "
          "one (default: the drafter's, else the trace's first draft model).")]
 PricedDrafter = Annotated[str | None, typer.Option(
-    help="Drafter priced: a catalogue draft model, ngram, suffix, recycle, or none (default: "
+    help="Drafter priced: a catalogue draft model, mtp (the target's own multi-token-"
+         "prediction layer), ngram, suffix, recycle, or none (default: "
          "the source's draft model).")]
 WeightBits = Annotated[int | None, typer.Option(help="Target weight bits (default: the "
                                                      "model's)."),

@@ -21,6 +21,7 @@ from specscope.errors import InputError
 from specscope.hw_profiles.cost import CostModel
 from specscope.hw_profiles.engine import DEFAULT_ENGINE, Engine, load_engine
 from specscope.hw_profiles.profile import HardwareProfile
+from specscope.models.catalogue import MTP_SUFFIX
 from specscope.models.spec import ModelSpec
 
 TREE_ATTENTION_DEFAULT = "split"
@@ -102,7 +103,15 @@ class Deployment:
     def draft_cost(self, profile: HardwareProfile, spec: ModelSpec | None) -> CostModel | None:
         """The draft model's cost model as deployed (None: the source drafts without one): on
         its `draft_tp` devices, under the target's runtime and tree attention until
-        `pricing.deployed` applies the draft runtime."""
+        `pricing.deployed` applies the draft runtime. The target's MTP module
+        (`catalogue.mtp_spec`) runs where the target's layers run: its tp and expert
+        parallelism, its weight bits, linear-layer precision and KV cache (FP8 checkpoints
+        quantise the MTP layer with the rest; `expert_precision` is left to the target's
+        experts, as NVFP4 checkpoints keep the MTP layer out of FP4)."""
+        if spec is not None and spec.name.endswith(MTP_SUFFIX):
+            return CostModel(profile, spec, weight_bits=self.weight_bits, runtime=self.runtime,
+                             tree_attention=self.tree_attention, tp=self.tp, ep=self.ep,
+                             precision=self.precision, kv_bits=self.kv_bits)
         return None if spec is None else CostModel(
             profile, spec, runtime=self.runtime, tree_attention=self.tree_attention,
             tp=self.draft_tp)
@@ -131,6 +140,10 @@ class Deployment:
                 raise InputError(f"{stated[0]} prices a draft model; this source drafts "
                                  "without one")
             return None
+        mtp = [o for o in stated if o != "--draft-window"]
+        if spec.name.endswith(MTP_SUFFIX) and mtp:
+            raise InputError(f"{mtp[0]}: --drafter mtp runs the target's own layer on the "
+                             "target's devices over its whole vocabulary")
         if self.draft_vocab is None or self.draft_vocab == spec.vocab_size:
             return spec
         least = min(MIN_DRAFT_VOCAB, spec.vocab_size)

@@ -11,6 +11,7 @@ from specscope.errors import InputError
 from specscope.models.hf_config import spec_from_config
 from specscope.models.spec import ModelSpec, spec_from_table
 from specscope.models.zoo import zoo_report, zoo_specs
+from specscope.names import MTP_DRAFTER
 
 CATALOGUE_PATH = Path(__file__).parent / "data" / "catalogue.toml"
 
@@ -77,12 +78,39 @@ def _config_spec(path: Path, mtime_ns: int) -> ModelSpec:
     return spec_from_config(path)
 
 
+MTP_SUFFIX = "/mtp"
+"""`mtp_spec` names a target's MTP module `<target>/mtp`."""
+
+
+def mtp_spec(target: ModelSpec) -> ModelSpec:
+    """The module `--drafter mtp` runs: one of `target`'s multi-token-prediction layers, reused
+    for every drafted level as SGLang's NEXTN and vLLM's mtp run DeepSeek-V3's single layer.
+
+    DeepSeek-V3's MTP module (arXiv:2412.19437 §2.2; vLLM's deepseek_mtp.py) normalises the
+    token's embedding and the target's last hidden state, concatenates them and projects 2d → d
+    (eh_proj, 16-bit: `fused_inputs`), runs one decoder layer of the target's kind (latent
+    attention over its own cache of the whole context, the routed and shared experts: layer
+    n_layers is past the first dense ones) and ends in the target's final norm and LM head. Its
+    embedding and head are counted as the checkpoint stores them (the 14B module beside the
+    671B main model holds its own copies). A target declaring no MTP layer is an `InputError`."""
+    if target.mtp_layers < 1:
+        raise InputError(f"--drafter mtp drafts with the target's multi-token-prediction layers; "
+                         f"{target.name} declares none (num_nextn_predict_layers 0)")
+    return dataclasses.replace(target, name=target.name + MTP_SUFFIX, n_layers=1,
+                               first_dense_layers=0, mtp_layers=0, sliding_layers=(),
+                               attn_layers=(), fused_inputs=2, vision_encoder="",
+                               image_tokens=0, image_patches=0)
+
+
 def drafter_spec(model: str | None, target: ModelSpec, kept_layers: float | None = None,
                  source: str = "") -> ModelSpec | None:
-    """The spec priced as the drafter: the catalogue's `model`; for a self-speculative `source`
-    running the share `kept_layers` of the target's layers (layerskip), `target` with that share
-    of its layers (rounded, at least one), embeddings and LM head whole; None when neither."""
+    """The spec priced as the drafter: the catalogue's `model`, or the target's MTP module
+    (`mtp_spec`) for `MTP_DRAFTER`; for a self-speculative `source` running the share
+    `kept_layers` of the target's layers (layerskip), `target` with that share of its layers
+    (rounded, at least one), embeddings and LM head whole; None when neither."""
     if kept_layers is None:
+        if model == MTP_DRAFTER:
+            return mtp_spec(target)
         return None if model is None else get_model(model)
     if target.arch != "transformer":
         raise InputError(f"source {source!r} drafts with some of a Transformer's layers; "

@@ -15,7 +15,9 @@ array (broadcast together), so t(n) for n = 1..768 is one call.
 Mixture-of-experts feed-forwards (their expert reads growing with the step's tokens, expert
 parallelism `ep`) and multi-head latent attention are `moe_ops`' rows. Sliding-window layers
 attend to, and read the KV of, at most `sliding_window` + new keys. FP8 and NVFP4 linear
-layers and an 8-bit KV cache: `specscope.models.precision`.
+layers and an 8-bit KV cache: `specscope.models.precision`. A draft module's input projection
+(`ModelSpec.fused_inputs`: EAGLE's fc, an MTP module's eh_proj) is one more 16-bit row, whole
+on every device.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ def param_count(spec: ModelSpec) -> int:
     mlp = 3 * d * spec.d_ff + d
     embed = v * d * (1 if spec.tie_embeddings else 2)
     moe = moe_layers(spec) * sum(moe_params(spec))
-    return n_attn * attn + n_ssm * ssm + n_mlp * mlp + moe + embed + d
+    fused = spec.fused_inputs * d * d
+    return n_attn * attn + n_ssm * ssm + n_mlp * mlp + moe + embed + fused + d
 
 
 def active_param_count(spec: ModelSpec) -> int:
@@ -333,6 +336,8 @@ def forward_ops(
         linear_op("lm_head", 1, logits, d, vocab, bpw,
                 quant and quant_lm_head and not spec.tie_embeddings),
     ]
+    if spec.fused_inputs:
+        ops.append(linear_op("input_proj", 1, tokens, spec.fused_inputs * d, d, ACT_BYTES, False))
     return ops
 
 

@@ -63,6 +63,10 @@ class ModelSpec:
     # multi-token-prediction modules shipped with the model (DeepSeek-V3's
     # num_nextn_predict_layers): each one decoder layer drafting with the model's embedding and head
     mtp_layers: int = 0
+    # a draft module's input projection (EAGLE's fc, an MTP module's eh_proj): `fused_inputs`
+    # d-wide vectors (the token's embedding and the target's hidden state: 2) concatenated and
+    # projected to d, 16-bit and replicated on every device; 0: none
+    fused_inputs: int = 0
     # Mamba-2
     d_state: int = 0
     ssm_heads: int = 0
@@ -156,8 +160,10 @@ def _check(spec: ModelSpec, where: str) -> None:
             spec.sliding_layers and spec.sliding_window < 1):
         raise InputError(f"{bad}: sliding_layers must lie in 0..{spec.n_layers - 1} and need "
                          f"sliding_window >= 1")
-    if min(spec.n_experts, spec.d_shared, spec.mtp_layers, spec.q_lora_rank) < 0:
-        raise InputError(f"{bad}: expert, shared, MTP and LoRA sizes must not be negative")
+    if min(spec.n_experts, spec.d_shared, spec.mtp_layers, spec.q_lora_rank,
+           spec.fused_inputs) < 0:
+        raise InputError(f"{bad}: expert, shared, MTP, LoRA and fused-input sizes must not be "
+                         "negative")
     if spec.arch == "hybrid" and not all(0 <= i < spec.n_layers for i in spec.attn_layers):
         raise InputError(f"{bad}: attn_layers must lie in 0..{spec.n_layers - 1}")
     if spec.weight_bits not in (16, 8, 4):

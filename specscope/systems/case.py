@@ -11,6 +11,10 @@ apply: a tree is tokens per drafted level, `"4,16,16,16,16"`, root not counted):
                                     tau_includes_bonus, default true)
     draft, weight_bits, act_bits, batch, context, new_tokens, tree, runtime, images, tp,
     baseline, baseline_tau, source, setup ("complete" or "partial")
+    ep, precision, expert_precision, kv_bits
+                                    the target's expert-parallel degree and number formats, as
+                                    `--ep`, `--precision`, `--expert-precision` and `--kv-bits`
+                                    (default 1, bf16, the precision's, 16)
     offload                         fraction of the target's weights streamed from host memory
                                     every forward (docs/hardware.md#weight-offloading)
     gpus                            devices holding the models (default tp): more than tp when
@@ -61,6 +65,7 @@ from specscope.errors import InputError
 from specscope.files import read_toml
 from specscope.hw_profiles.deployment import Deployment, deployment
 from specscope.hw_profiles.engine import DEFAULT_ENGINE
+from specscope.models.precision import KV_BITS, PRECISIONS
 
 SETUPS = ("complete", "partial")
 BASELINES = ("autoregressive", "head", "draft-model")
@@ -103,19 +108,26 @@ class Case:
     gpus: int | None = None
     anchor_speedup: float | None = None
     timed_prefill: bool = False
+    ep: int = 1
+    precision: str = "bf16"
+    expert_precision: str | None = None
+    kv_bits: int = 16
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @cached_property
     def deployment(self) -> Deployment:
         """What the case deploys, resolved once: its engine (specscope's own when the case
         states only a tree attention or a baseline engine), runtimes, tree attention, the
-        target's precision, tp and offloaded fraction, and the batch."""
+        target's precision, number formats, tp, expert parallelism and offloaded fraction, and
+        the batch."""
         engine = self.engine or (DEFAULT_ENGINE if self.tree_attention else None)
         return deployment(self.hw, target=self.target, drafter=self.draft, engine=engine,
                           runtime=self.runtime, draft_runtime=self.draft_runtime,
                           tree_attention=self.tree_attention,
                           baseline_engine=self.baseline_engine, weight_bits=self.weight_bits,
-                          tp=self.tp, offload=self.offload, batch=self.batch)
+                          tp=self.tp, offload=self.offload, batch=self.batch, ep=self.ep,
+                          precision=self.precision, expert_precision=self.expert_precision,
+                          kv_bits=self.kv_bits)
 
     @property
     def tokens_per_step(self) -> float:
@@ -140,6 +152,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "tp": int, "baseline": str, "baseline_tau": (int, float), "source": str, "setup": str,
     "engine": str, "baseline_engine": str, "draft_runtime": str, "tree_attention": str,
     "offload": (int, float), "gpus": int, "anchor_speedup": (int, float), "timed_prefill": bool,
+    "ep": int, "precision": str, "expert_precision": str, "kv_bits": int,
 }
 """The shared keys and their TOML types."""
 
@@ -284,7 +297,7 @@ def _check(case: Case) -> None:
         what = "τ (bonus counted)" if case.tau_includes_bonus else "τ + 1"
         raise case.fail(f"{what} = {case.tokens_per_step:g} is below 1: a step yields at "
                         "least one token")
-    for key in ("batch", "new_tokens", "tp"):
+    for key in ("batch", "new_tokens", "tp", "ep"):
         if getattr(case, key) < 1:
             raise case.fail(f"{key} = {getattr(case, key)} must be at least 1")
     for key in ("context", "images"):
@@ -294,6 +307,13 @@ def _check(case: Case) -> None:
         raise case.fail(f"offload = {case.offload:g} must be a fraction in [0, 1]")
     if case.gpus is not None and case.gpus < case.tp:
         raise case.fail(f"gpus = {case.gpus} must be at least tp = {case.tp}")
+    for key in ("precision", "expert_precision"):
+        if getattr(case, key) not in (None, *PRECISIONS):
+            raise case.fail(f"{key} = {getattr(case, key)!r} must be one of "
+                            f"{', '.join(PRECISIONS)}")
+    if case.kv_bits not in KV_BITS:
+        raise case.fail(f"kv_bits = {case.kv_bits} must be one of "
+                        f"{', '.join(map(str, KV_BITS))}")
     if case.act_bits not in (16, 8):
         raise case.fail(f"act_bits = {case.act_bits} must be 16 or 8")
     if case.setup not in SETUPS:

@@ -18,6 +18,7 @@ from specscope.systems import (
     longspec,
     medusa,
     model_free,
+    mtp,
     s2d,
     specdecpp,
     specee,
@@ -30,6 +31,7 @@ from specscope.systems.case import Case, parse_options
 SYSTEMS: dict[str, System] = {s.name: s for s in (
     draft_model.SYSTEM,
     head.SYSTEM,
+    mtp.SYSTEM,
     hierspec.SYSTEM,
     specee.SYSTEM,
     easyspec.SYSTEM,

@@ -71,11 +71,13 @@ def cost_model(case: Case, spec: ModelSpec | str, *, cls: type[CostModel] = Cost
 
 
 def target_model(case: Case, cls: type[CostModel] = CostModel, **extra: Any) -> CostModel:
-    """The case's target at its weight and activation bits, tp and offloaded fraction; a
-    quantised target keeps its lm_head at 16 bits, as GPTQ, AWQ and Marlin checkpoints do."""
+    """The case's target at its weight and activation bits, number formats, tp, expert
+    parallelism and offloaded fraction; a quantised target keeps its lm_head at 16 bits, as
+    GPTQ, AWQ and Marlin checkpoints do."""
     return cost_model(case, case.target, cls=cls, weight_bits=case.weight_bits,
                       act_bits=case.act_bits, tp=case.tp, quant_lm_head=False,
-                      offload=case.offload, **extra)
+                      offload=case.offload, ep=case.ep, precision=case.precision,
+                      expert_precision=case.expert_precision, kv_bits=case.kv_bits, **extra)
 
 
 def pricing(case: Case, target: CostModel, draft: CostModel | None,

@@ -9,7 +9,8 @@ Commands take two options, each defaulting to the other (`drafting`):
 
 - `--source`, whose acceptance is used: a source of the trace, or a kind alone (`draft`,
   `rasd`) when the trace holds exactly one source of that kind (`resolve_source`);
-- `--drafter`, what is priced: a catalogue model, a model-free drafter, or `none`.
+- `--drafter`, what is priced: a catalogue model, the target's MTP layer (`mtp`), a model-free
+  drafter, or `none`.
 
 Without `--drafter`, a `draft:<model>` or `rasd:<model>` source prices `<model>`, and a
 self-speculative source prices its share of the target's layers. Without `--source`, the
@@ -24,7 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from specscope.errors import InputError
-from specscope.names import MODEL_FREE_SOURCES
+from specscope.names import MODEL_FREE_SOURCES, MTP_DRAFTER
 from specscope.trace.schema import Trace, trace_sources
 from specscope.tree import DEFAULT_SOURCE
 
@@ -126,7 +127,7 @@ def drafting(trace: Trace | None, source: str | None, drafter: str | None,
     if drafter is not None:
         return Drafting(source, drafter)
     model = draft_model(source)
-    if model is not None and model not in catalogue:
+    if model is not None and model not in catalogue and model != MTP_DRAFTER:
         raise InputError(f"draft model {model!r} of source {source!r} is not in the catalogue; "
                          "pass --drafter")
     settings = {} if trace is None else trace.metadata.get("drafters", {}).get(source, {})
