@@ -109,3 +109,35 @@ def test_reproduce_prices_an_mtp_case(cli: Cli, tmp_path: Path) -> None:
     case.write_text(case.read_text().replace("deepseek-v3", "llama-3.1-8b").replace(
         "tp = 8", "tp = 1"))
     refused(cli("reproduce", case), "case 'x'", "declares none")
+
+
+@pytest.mark.parametrize(("engine", "method", "config"), [
+    ("vllm", "mtp", {"method": "mtp", "num_speculative_tokens": 3}),
+    ("sglang", "NEXTN", {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3,
+                         "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}),
+    ("tensorrt-llm", "MTP", {"decoding_type": "MTP", "max_draft_len": 3}),
+])
+def test_exports_name_the_engines_mtp_method_and_no_draft_model(
+        cli: Cli, tmp_path: Path, engine: str, method: str, config: dict) -> None:
+    tree = tmp_path / "tree.json"
+    assert cli("optimize-tree", "--target", "deepseek-v3", *FP8_TP8, "--drafter", "mtp",
+               "--acceptance", "0.8,0.1", "--budget", "4", "--algo", "chain", "-o", tree)[0] == 0
+    for args in (("optimize-tree", "--target", "deepseek-v3", *FP8_TP8, "--drafter", "mtp",
+                  "--acceptance", "0.8,0.1", "--budget", "4", "--algo", "chain", "--to", engine,
+                  "--json"),
+                 ("export", tree, "--engine", engine, "--json")):
+        code, out, err = cli(*args)
+        assert code == 0, err
+        doc = json.loads(out)
+        doc = doc.get("export", doc)
+        assert doc["method"] == method and doc["config"] == config
+        assert "deepseek-ai/DeepSeek-V3" in doc["command"] and " mtp" not in doc["command"]
+
+
+def test_an_mtp_export_needs_a_target_with_mtp_layers(cli: Cli, tmp_path: Path) -> None:
+    refused(cli("optimize-tree", "--target", "llama-3.1-8b", "--hw", "h100", "--drafter",
+                "ngram", "--acceptance", "0.8,0.1", "--budget", "4", "--to", "vllm",
+                "--export-method", "mtp"), "vllm mtp", "llama-3.1-8b declares none")
+    refused(cli("optimize-tree", "--target", "deepseek-v3", *FP8_TP8, "--drafter", "mtp",
+                "--acceptance", "0.8,0.1", "--budget", "4", "--to", "transformers"),
+            "transformers has no proposer", "draft:mtp")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from specscope.errors import InputError
 from specscope.models import get_model, list_models
-from specscope.names import MODEL_FREE_SOURCES
+from specscope.names import MODEL_FREE_SOURCES, MTP_DRAFTER
 from specscope.optimizers.compare import Setup
 from specscope.optimizers.scoring import Score
 from specscope.trace.sources import NO_DRAFTER, draft_model
@@ -161,15 +162,18 @@ def served(engine: str, method: str, serving: Serving, target: str, draft: str |
     `method` loads none), each name checked by `checked_model` (`where`: what names the target
     and the draft, for messages) and the pair checked servable: a head method's draft is not
     a catalogue language model (no catalogue entry declares a head), a multi-token-prediction
-    method's target is not a catalogue model (none declares such layers), a draft model shares
-    the target's vocabulary (the engines verify the draft's token ids as the target's), and
-    neither is a zoo model (`model_id`)."""
+    method's target declares such layers where specscope can read it (a catalogue model or a
+    config; the method loads no draft: the engine reads the layers from the target), a draft
+    model shares the target's vocabulary (the engines verify the draft's token ids as the
+    target's), and neither is a zoo model (`model_id`)."""
     target = checked_model(target, where[0])
     target_id = _hub_id(target, where[0])
     catalogue = list_models()
-    if method in serving.own and target in catalogue:
-        raise InputError(f"{engine} {method} drafts with the target's own multi-token-prediction "
-                         f"layers; catalogue model {target} declares none")
+    if method in serving.own:
+        if (target in catalogue or Path(target).exists()) and get_model(target).mtp_layers < 1:
+            raise InputError(f"{engine} {method} drafts with the target's own multi-token-"
+                             f"prediction layers; {where[0]} {target} declares none")
+        return target_id, None
     if method not in serving.draft or draft is None:
         return target_id, None  # a model-free method; or the engine's check names the draft
     draft = checked_model(draft, where[1])
@@ -191,14 +195,15 @@ def served(engine: str, method: str, serving: Serving, target: str, draft: str |
 def method_for(source: str, method: str | None, engine: str, by_source: dict[str, str],
                known: tuple[str, ...]) -> str:
     """The engine method: `method` if it is one of `known`, else the default of `source`'s
-    kind in `by_source` (keys: "ngram", "suffix", "draft"); an `InputError` naming the option
-    or the source otherwise."""
+    kind in `by_source` (keys: "ngram", "suffix", "draft", "mtp": the target's own MTP layers,
+    source `draft:mtp`); an `InputError` naming the option or the source otherwise."""
     if method is not None:
         if method not in known:
             raise InputError(f"--export-method {method}: not a {engine} method "
                              f"({', '.join(known)})")
         return method
-    kind = source if source in SEQUENCE_PROPOSERS else (
+    kind = source if source in SEQUENCE_PROPOSERS else MTP_DRAFTER if (
+        draft_model(source) == MTP_DRAFTER) else (
         "draft" if draft_model(source) or source == DEFAULT_SOURCE else source)
     if kind not in by_source:
         raise InputError(f"{engine} has no proposer for source {source!r} (it runs "

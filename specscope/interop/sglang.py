@@ -9,11 +9,13 @@ fields, `sglang/srt/arg_groups/speculative_hook.py` for their checks;
   on the EAGLE machinery), NGRAM, … (upper-cased before lookup).
 - EAGLE family: `speculative_num_steps` S, `speculative_eagle_topk` K,
   `speculative_num_draft_tokens` N (root included); `speculative_draft_model_path` names the
-  draft. With K = 1 SGLang sets N = S + 1 (a chain); N − 1 must not exceed the K + (S − 1)K²
-  candidates (unchecked there: it fails at run time). The tree is the `topk` family
-  (`families.topk_tree`): decided by the draft's probabilities at run time, so the exported
-  (S, K, N) is the best setting under the positional acceptance standing for those
-  probabilities.
+  draft, except for NEXTN (the target's own MTP layer): `_handle_eagle_family` sets it to the
+  target's path for DeepSeek-V3 and the other MTP architectures it lists, and
+  `_resolve_speculative_algorithm_alias` runs NEXTN as EAGLE. With K = 1 SGLang sets N = S + 1 (a
+  chain); N − 1 must not exceed the K + (S − 1)K² candidates (unchecked there: it fails at run
+  time). The tree is the `topk` family (`families.topk_tree`): decided by the draft's
+  probabilities at run time, so the exported (S, K, N) is the best setting under the positional
+  acceptance standing for those probabilities.
 - NGRAM: a trie match; `speculative_ngram_max_bfs_breadth` (and min) 1 makes it a chain of
   N − 1 tokens.
 """
@@ -33,7 +35,7 @@ from specscope.tree import DEFAULT_SOURCE, Acceptance, Tree
 ENGINE = "sglang"
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 METHODS = (*EAGLE_FAMILY, "NGRAM")
-BY_SOURCE = {"ngram": "NGRAM", "draft": "STANDALONE"}
+BY_SOURCE = {"ngram": "NGRAM", "draft": "STANDALONE", "mtp": "NEXTN"}
 SERVING = Serving(EAGLE_FAMILY, {"EAGLE": "EAGLE", "EAGLE3": "EAGLE-3"}, ("NEXTN",))
 TREE_NOTE = ("SGLang picks its N − 1 nodes by the draft's scores at run time: these settings' "
              "candidates hold the tree, which it verifies when the draft ranks them so")
@@ -94,6 +96,8 @@ def _eagle(method: str, draft: str | None, chosen: TopK) -> dict[str, Any]:
     config = {"speculative_algorithm": method, "speculative_draft_model_path": draft,
               "speculative_num_steps": chosen.steps, "speculative_eagle_topk": chosen.topk,
               "speculative_num_draft_tokens": chosen.tokens}
+    if method in SERVING.own:  # SGLang reads the NextN layer from the target's own path
+        del config["speculative_draft_model_path"]
     check(config)
     return config
 
@@ -137,7 +141,7 @@ def check(config: dict[str, Any]) -> None:
         if config["speculative_num_draft_tokens"] < 2:
             raise InputError("sglang: speculative_num_draft_tokens must be ≥ 2 (root included)")
         return
-    if not config.get("speculative_draft_model_path"):
+    if algorithm not in SERVING.own and not config.get("speculative_draft_model_path"):
         raise InputError(f"sglang: {algorithm} needs speculative_draft_model_path")
     topk = TopK(*(int(config[k]) for k in keys))
     if not valid(topk):

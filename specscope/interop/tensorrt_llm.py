@@ -13,6 +13,12 @@ PyTorch tree in `tensorrt_llm/_torch/speculative/spec_tree_manager.py`):
   top tokens as it lists children, so a node's children must hold ranks 0..c − 1 (the
   `paths` family, `families.contiguous`). Without `eagle_choices` the draft is a chain of
   `max_draft_len`.
+- `MTP` (`MTPDecodingConfig`): the target's own multi-token-prediction layers draft a chain of
+  `max_draft_len` > 0 ("max_draft_len must be > 0 for MTP"; `num_nextn_predict_layers` is
+  read from the checkpoint, a user's value deprecated into `max_draft_len`), no
+  `speculative_model` (the target's embedded mtp weights); a one-layer checkpoint (DeepSeek-V3)
+  runs it as MTP-Eagle, the layer reused for every drafted token
+  (`_torch/speculative/utils.py` `update_spec_config_from_model_config`).
 - Medusa's `medusa_choices` left `llm_args.py` with the TensorRT engine backend; not exported.
 
 `trtllm-serve MODEL --extra_llm_api_options FILE` reads FILE as YAML into the LLM arguments; the
@@ -39,10 +45,11 @@ from specscope.json_out import strict_json
 from specscope.tree import DEFAULT_SOURCE, Tree
 
 ENGINE = "tensorrt-llm"
-METHODS = ("Eagle3", "Eagle", "Draft_Target", "NGram")
+METHODS = ("Eagle3", "Eagle", "Draft_Target", "NGram", "MTP")
 TREE_METHODS = ("Eagle3", "Eagle")
-BY_SOURCE = {"ngram": "NGram", "draft": "Draft_Target"}
-SERVING = Serving(("Eagle3", "Eagle", "Draft_Target"), {"Eagle3": "EAGLE-3", "Eagle": "EAGLE"})
+BY_SOURCE = {"ngram": "NGram", "draft": "Draft_Target", "mtp": "MTP"}
+SERVING = Serving(("Eagle3", "Eagle", "Draft_Target"), {"Eagle3": "EAGLE-3", "Eagle": "EAGLE"},
+                  ("MTP",))
 NGRAM_MATCH = 2
 OPTIONS_FILE = "speculative.yaml"
 
@@ -68,7 +75,7 @@ def config_for(tree: Tree, method: str, draft: str | None) -> dict[str, Any]:
     config: dict[str, Any] = {"decoding_type": method, "max_draft_len": tree.depth}
     if method == "NGram":
         config["max_matching_ngram_size"] = NGRAM_MATCH
-    else:
+    elif method not in SERVING.own:
         config["speculative_model"] = draft
     if method in TREE_METHODS:
         config["eagle_choices"] = [list(p) for p in breadth_first(tree.rank_paths())]
@@ -106,7 +113,7 @@ def check(config: dict[str, Any]) -> None:
     if not is_count(depth):
         raise InputError(f"tensorrt-llm: max_draft_len must be an integer > 0 for {method}, "
                          f"got {depth!r}")
-    if method != "NGram" and not config.get("speculative_model"):
+    if method not in ("NGram", *SERVING.own) and not config.get("speculative_model"):
         raise InputError(f"tensorrt-llm: {method} needs speculative_model (the draft)")
     choices = config.get("eagle_choices")
     if choices is None:

@@ -18,7 +18,7 @@ from specscope.hw_profiles.pricing import deployed as deployed_pricing
 from specscope.limits import check_memory, check_time
 from specscope.models import get_model, list_models
 from specscope.models.catalogue import drafter_spec
-from specscope.names import MODEL_FREE_SOURCES
+from specscope.names import MODEL_FREE_SOURCES, MTP_DRAFTER
 from specscope.optimizers.compare import (
     DP_REFERENCE,
     Comparison,
@@ -30,7 +30,7 @@ from specscope.optimizers.compare import (
 )
 from specscope.optimizers.scoring import Score
 from specscope.trace import AcceptanceModel, Trace, drafting, read_trace
-from specscope.trace.sources import NO_DRAFTER
+from specscope.trace.sources import NO_DRAFTER, source_of
 from specscope.tree import DEFAULT_SOURCE, acceptance_table
 
 ANY_SIZE = "any-size"
@@ -216,7 +216,10 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         target = dep.target or _trace_target(trace, req.trace_path)
     else:
         p = acceptance_table(req.acceptance, "--acceptance")[0]
-        source = req.source or DEFAULT_SOURCE  # a generic tree, whichever model drafts it
+        # a generic tree, whichever model drafts it; the target's MTP layers are named, as an
+        # engine serves them by their own method
+        source = req.source or (source_of(MTP_DRAFTER) if dep.drafter == MTP_DRAFTER
+                                else DEFAULT_SOURCE)
         chosen = drafting(None, source, dep.drafter, list_models())
         chosen = dataclasses.replace(chosen, drafter=chosen.drafter or DEFAULT_DRAFTER)
         context = req.context if req.context is not None else DEFAULT_CONTEXT
