@@ -18,7 +18,7 @@ WEIGHT_BITS = (16, 8, 4)
 Num = float | np.ndarray
 
 
-OUTSIDE_LAYERS = ("embedding", "final_norm", "lm_head")
+OUTSIDE_LAYERS = ("embedding", "final_norm", "lm_head", "input_proj")
 """Operators of a forward that run once, outside its decoder layers."""
 SCALED_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "qweights", "reduce_bytes",
                  "a2a_bytes")
