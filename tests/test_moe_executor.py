@@ -1,6 +1,7 @@
 """A mixture-of-experts Transformer in the executor: greedy speculative decoding equals
 autoregressive decoding token for token; the batched expert dispatch equals a per-token loop and
-runs only the experts the tokens chose; runtimes other than eager are refused.
+runs only the experts the tokens chose; runtimes other than eager are refused; an expert issues
+about the ATen calls the pricing's eager host term (`EXPERT_HOST_LAYERS`) says.
 
 The target has tiny-code's zoo shape (4 layers of width 256, 4 heads of 64, vocabulary 2,048)
 with layers 1–3 a mixture of 8 experts of width 172, top-2, beside one shared expert of the
@@ -12,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_pair import noisy_copy, self_repeating_prompts
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from specscope.errors import InputError
 from specscope.executor.drafters import make_drafter
@@ -20,9 +22,11 @@ from specscope.executor.loop import decode_autoregressive, decode_speculative, s
 from specscope.executor.methods import resolve_method
 from specscope.executor.runtime import Runtime
 from specscope.executor.targets import CachedModel, Model, wrap
+from specscope.models.moe_ops import EXPERT_HOST_LAYERS
 from specscope.models.spec import ModelSpec
 from specscope.models.torch import Transformer
 from specscope.models.torch.moe import MoEFeedForward
+from specscope.tree import Tree
 
 torch.set_num_threads(1)
 
@@ -135,3 +139,49 @@ def test_moe_refuses_static_runtimes() -> None:
     with pytest.raises(InputError, match="runs under --runtime eager only"):
         CachedModel(model, MOE.name, MOE.vocab_size, Runtime(torch.device("cpu"), torch.float32,
                                                               "compile"))
+
+
+class AtenCalls(TorchDispatchMode):
+    """Counts the ATen operators dispatched inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_an_experts_aten_calls_over_a_dense_layers_agree_with_the_host_term(
+        moe: Transformer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EXPERT_HOST_LAYERS was measured (benchmarks/moe_cpu.py --host); counting the ATen calls
+    of one more touched expert over those of a dense layer's verify step (layer 0) agrees."""
+    model = wrap(moe)
+    model.prefill(torch.arange(9), 12)
+    dense = AtenCalls()
+
+    def enter(*_: object) -> None:
+        dense.__enter__()
+
+    def leave(*_: object) -> None:
+        dense.__exit__(None, None, None)
+
+    block = moe.model.layers[0]
+    pre, post = block.register_forward_pre_hook(enter), block.register_forward_hook(leave)
+    try:
+        model.verify(torch.tensor([5]), Tree.from_parents([-1]))
+    finally:
+        pre.remove()
+        post.remove()
+    layer = moe.model.layers[1].mlp
+    route = layer.route
+    x = torch.randn(2, MOE.d_model, dtype=torch.float64)
+    calls = {}
+    for chosen in ([[0, 1], [0, 1]], [[0, 1], [2, 3]]):
+        monkeypatch.setattr(layer, "route", lambda h, c=chosen: (torch.tensor(c), route(h)[1]))
+        with torch.no_grad(), AtenCalls() as counted:
+            layer(x)
+        calls[len({e for pair in chosen for e in pair})] = counted.calls
+    per_expert = (calls[4] - calls[2]) / 2
+    assert per_expert / dense.calls == pytest.approx(EXPERT_HOST_LAYERS, rel=0.25)

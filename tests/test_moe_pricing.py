@@ -1,6 +1,7 @@
 """Mixture-of-experts, latent-attention and sliding-window pricing (issue 41): the routing law,
-expert reads that grow with the step's tokens, expert parallelism, MLA's cache and the
-parameter counts of Mixtral-8x7B and DeepSeek-V3 shapes."""
+expert reads that grow with the step's tokens, the host issue of an eager MoE's router and
+experts (none under graphs), expert parallelism, MLA's cache and the parameter counts of
+Mixtral-8x7B and DeepSeek-V3 shapes."""
 
 import dataclasses
 
@@ -10,7 +11,12 @@ import pytest
 from specscope.errors import InputError
 from specscope.hw_profiles.cost import CostModel
 from specscope.hw_profiles.profile import load_profile
-from specscope.models.moe_ops import expected_experts
+from specscope.models.moe_ops import (
+    EXPERT_HOST_LAYERS,
+    ROUTER_HOST_LAYERS,
+    expected_experts,
+    moe_host_layers,
+)
 from specscope.models.ops import (
     ACT_BYTES,
     active_param_count,
@@ -85,6 +91,41 @@ def test_moe_step_cost_grows_with_new_tokens_where_a_dense_models_does_not():
     assert ratios["dense-shape"] < 1.3
     assert ratios["mixtral-shape"] > 2.5
     assert ratios["mixtral-shape"] > 2 * ratios["dense-shape"]
+
+
+def test_an_eager_moe_issues_its_router_and_touched_experts_from_the_host():
+    hw = load_profile("cpu-2core")
+    small = dataclasses.replace(MIXTRAL, name="small-moe", n_layers=4, d_model=256, n_heads=4,
+                                n_kv_heads=4, head_dim=64, n_experts=16, d_expert=344)
+    cost = CostModel(hw, small, runtime="eager")
+    r = cost.runtime
+    n = np.array([1, 4, 32])
+    per_layer = ROUTER_HOST_LAYERS + EXPERT_HOST_LAYERS * expected_experts(16, 2, 4 * n)
+    np.testing.assert_allclose(cost.moe_host_time(4, n, 128),
+                               4 * per_layer * r.host_layer_s / hw.host_speed, rtol=1e-12)
+    np.testing.assert_allclose(moe_host_layers(small, 4 * n), 4 * per_layer, rtol=1e-12)
+    assert cost.moe_host_time(1, 8, 0) == pytest.approx(
+        4 * (ROUTER_HOST_LAYERS + EXPERT_HOST_LAYERS * expected_experts(16, 2, 8))
+        * r.prefill_host_layer_s / hw.host_speed)  # a prompt: the prefill host time per layer
+    _, terms = cost.roofline_terms(1, 8, 128)
+    assert terms["host"] == pytest.approx(cost.host_time(128) + cost.moe_host_time(1, 8, 128))
+    dense = CostModel(hw, dataclasses.replace(small, n_experts=0, experts_per_token=0,
+                                              d_expert=0, d_ff=688), runtime="eager")
+    assert dense.moe_host_time(4, 8, 128) == 0
+
+
+@pytest.mark.parametrize(("profile", "runtime"), [("h200", "graph"), ("h200", "compile"),
+                                                  ("cpu-2core", "compile")])
+def test_graphs_and_compiled_steps_issue_no_per_expert_host_work(profile, runtime):
+    cost = CostModel(load_profile(profile), DEEPSEEK_V3, runtime=runtime, tp=1, weight_bits=4)
+    n = np.arange(1, 65)
+    assert np.all(cost.moe_host_time(8, n, 4096) == 0)
+    _, terms = cost.roofline_terms(8, n, 4096)
+    device = sum(seconds for _, seconds, _ in cost.roofline_terms(8, n, 4096)[0]) + sum(
+        v for k, v in terms.items() if k != "host")
+    host = cost.host_time(4096) + cost.batch_host_time(8)
+    expected = np.maximum(host - device, 0.0) if cost.hw.kind == "gpu" else host
+    np.testing.assert_allclose(terms["host"], expected, rtol=1e-12)
 
 
 def test_ep_1_is_the_unparallel_pricing_and_ep_spreads_experts_over_all_to_alls():

@@ -9,8 +9,9 @@ bandwidth) and, under expert parallelism `ep`, an MoE layer's dispatch and combi
 (each latency + the bytes a device sends / link bandwidth). The host needs its own time to
 issue the forward (the runtime's `host_*` terms): on a GPU the two overlap and the step takes
 the longer, on a CPU they add; a step of several sequences adds each further sequence's host
-work (`batch_host_time`). `roofline_terms` gives the
-forward as terms that add up to it (what `specscope cost` prints: `cost_report.py`).
+work (`batch_host_time`), an eager MoE its routers' and touched experts' (`moe_host_time`).
+`roofline_terms` gives the forward as terms that add up to it (what `specscope cost` prints:
+`cost_report.py`).
 
 Verification attention is priced as it runs: `split` reads the committed prefix once without a
 mask and the tree block under its (n, n) mask; `dense` (one (n, prefix + n) additive mask, as
@@ -39,6 +40,7 @@ import numpy as np
 from specscope.errors import InputError
 from specscope.hw_profiles.profile import HardwareProfile
 from specscope.hw_profiles.runtime import RuntimeParams
+from specscope.models.moe_ops import moe_host_layers
 from specscope.models.ops import (
     ACT_BYTES,
     SSM_VERIFY,
@@ -334,6 +336,18 @@ class CostModel:
         return (np.asarray(batch, dtype=float) - 1) * (
             r.host_seq_s + self.host_layers * r.host_layer_seq_s) / self.hw.host_speed
 
+    def moe_host_time(self, batch: Num, new_tokens: Num, context_len: Num) -> np.ndarray:
+        """Host seconds an eager forward's MoE layers add to `host_time`: their routers and
+        touched experts (`moe_host_layers`) at the runtime's per-layer host time; 0 under other
+        runtimes, whose graphs or fused kernels issue no per-expert work from the host."""
+        if not self.model.moe or self.runtime.name != "eager":
+            return np.asarray(0.0)
+        r = self.runtime
+        per_layer = np.where(np.asarray(context_len) == 0, r.prefill_host_layer_s, r.host_layer_s)
+        tokens = np.asarray(batch, dtype=float) * np.asarray(new_tokens, dtype=float)
+        return moe_host_layers(self.model, tokens, self.ep) * per_layer * (
+            self.host_layers / self.model.n_layers) / self.hw.host_speed
+
     def roofline_terms(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any
                        ) -> tuple[list[tuple[OpCost, np.ndarray, np.ndarray]],
                                   dict[str, np.ndarray]]:
@@ -351,7 +365,8 @@ class CostModel:
             terms["offload"] = np.maximum(stream - device, 0.0) if self.offload_overlap \
                 else stream
             device = device + terms["offload"]
-        host = self.host_time(context_len) + self.batch_host_time(batch)
+        host = self.host_time(context_len) + self.batch_host_time(batch) + self.moe_host_time(
+            batch, new_tokens, context_len)
         terms["host"] = np.maximum(host - device, 0.0) if self.hw.kind == "gpu" else host
         if self.stages > 1:
             terms["pipeline"] = self.pipeline_time(batch, new_tokens)

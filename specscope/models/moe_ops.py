@@ -4,7 +4,8 @@ makes an MoE's weight reads grow with the tokens of a step.
 
 An MoE layer reads the weights of the experts its tokens touch, not all of them: one token reads
 k experts, a step of many tokens (a batch, a verified tree) reads up to all E, so a
-speculative step's weight reads grow with its tokens where a dense model's stay flat.
+speculative step's weight reads grow with its tokens where a dense model's stay flat. Issued
+eagerly from Python, each touched expert also costs host time (`moe_host_layers`).
 
 Expert placement follows the serving engines. With `ep` = 1 every expert's width is split `tp`
 ways (vLLM without expert parallelism); with `ep` > 1 (dividing `tp`) the experts are spread
@@ -60,6 +61,30 @@ def _inclusion(n_experts: int, k: int, skew: float) -> np.ndarray:
         capped = q >= 1.0
         q = np.where(capped, 1.0, q * (k - capped.sum()) / q[~capped].sum())
     return q
+
+
+EXPERT_HOST_LAYERS = 0.11
+"""Host time to issue one touched expert of an eager MoE layer (specscope's `MoEFeedForward`:
+two index slices, index_select, three projections, SiLU, product, index_copy_; Hugging Face's
+eager experts loop runs as many), in dense decoder layers' host time (a runtime's
+`host_layer_us`). Measured by benchmarks/moe_cpu.py's `host_ratios` (`--host`) on tiny-code's
+layout at width 8, where a step is its host time: 0.109-0.120 in five runs (2 cores,
+2026-11-28). Counting ATen calls agrees: 12 per expert against 98 in a dense layer's verify step,
+0.12 (tests/test_moe_executor.py)."""
+ROUTER_HOST_LAYERS = 0.33
+"""Host time of an eager MoE layer's fixed work beyond the SwiGLU it replaces (router
+projection, softmax, top-k, renormalisation, argsort, bincount, the host copy of the counts,
+the loop over the experts, the weighted sum), in dense layers' host time: 0.32-0.36 in the
+same five runs."""
+
+
+def moe_host_layers(spec: ModelSpec, tokens: Num, ep: int = 1) -> Num:
+    """Dense layers' worth of host issue time that the MoE layers of an eager forward of
+    `tokens` tokens add, per device: each layer's router (`ROUTER_HOST_LAYERS`) and its share
+    of the expected touched experts (`EXPERT_HOST_LAYERS` each). A runtime that replays a
+    captured graph or runs fused MoE kernels issues none of it."""
+    touched = expected_experts(spec.n_experts, spec.experts_per_token, tokens) / ep
+    return moe_layers(spec) * (ROUTER_HOST_LAYERS + EXPERT_HOST_LAYERS * touched)
 
 
 def moe_layers(spec: ModelSpec) -> int:
