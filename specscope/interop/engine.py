@@ -10,6 +10,7 @@ from typing import Any
 
 from specscope.errors import InputError
 from specscope.models import get_model, list_models
+from specscope.models.catalogue import is_head
 from specscope.names import MODEL_FREE_SOURCES, MTP_DRAFTER
 from specscope.optimizers.compare import Setup
 from specscope.optimizers.scoring import Score
@@ -160,8 +161,9 @@ def served(engine: str, method: str, serving: Serving, target: str, draft: str |
            where: tuple[str, str]) -> tuple[str, str | None]:
     """The target's and the draft's ids as `engine`'s command names them (the draft None when
     `method` loads none), each name checked by `checked_model` (`where`: what names the target
-    and the draft, for messages) and the pair checked servable: a head method's draft is not
-    a catalogue language model (no catalogue entry declares a head), a multi-token-prediction
+    and the draft, for messages) and the pair checked servable: a head method's draft is a
+    head (a catalogue head, or a name specscope cannot read) and a head is served by a head
+    method only, a multi-token-prediction
     method's target declares such layers where specscope can read it (a catalogue model or a
     config; the method loads no draft: the engine reads the layers from the target), a draft
     model shares the target's vocabulary (the engines verify the draft's token ids as the
@@ -178,12 +180,17 @@ def served(engine: str, method: str, serving: Serving, target: str, draft: str |
         return target_id, None  # a model-free method; or the engine's check names the draft
     draft = checked_model(draft, where[1])
     draft_id = _hub_id(draft, where[1])
-    if method in serving.heads and draft in catalogue:
+    head = head_kind(draft)
+    if method in serving.heads and draft in catalogue and head is None:
         raise InputError(f"{engine} {method} serves an {serving.heads[method]} head; {draft} is "
-                         "a catalogue language model, not a head (no catalogue entry declares "
-                         "one): name the head's Hugging Face id (export --drafter ORG/NAME; "
-                         "optimize-tree --source draft:ORG/NAME)")
-    if target in catalogue and draft in catalogue:
+                         "a catalogue language model, not a head: name a catalogue head "
+                         "(qwen3-30b-a3b-eagle3, ...) or the head's Hugging Face id (export "
+                         "--drafter ORG/NAME; optimize-tree --source draft:ORG/NAME)")
+    if head is not None and method not in serving.heads:
+        raise InputError(f"{engine} {method} loads a draft language model; {draft} is an "
+                         f"{head.upper()} head drafting on the target's features (serve it with "
+                         f"{' or '.join(serving.heads)})")
+    if target in catalogue and draft in catalogue and head is None:
         ours, theirs = get_model(target).vocab_size, get_model(draft).vocab_size
         if ours != theirs:
             raise InputError(f"{engine}: draft {draft}'s vocabulary ({theirs:,} tokens) differs "
@@ -192,19 +199,37 @@ def served(engine: str, method: str, serving: Serving, target: str, draft: str |
     return target_id, draft_id
 
 
+def head_kind(name: str | None) -> str | None:
+    """"eagle3" or "eagle" for a catalogue head (a model drafting on its target's features:
+    `ModelSpec.fused_inputs` 3 or 2), else None."""
+    if not is_head(name):
+        return None
+    return "eagle3" if get_model(name).fused_inputs == 3 else "eagle"
+
+
+def source_kind(source: str) -> str:
+    """What drafts `source`, as the exporters' `BY_SOURCE` keys it: "ngram" or "suffix", "mtp"
+    (the target's own MTP layers, `draft:mtp`), "eagle3" or "eagle" (a catalogue head), "draft"
+    (any other draft model, or the generic source); other sources by their own name."""
+    if source in SEQUENCE_PROPOSERS:
+        return source
+    model = draft_model(source)
+    if model == MTP_DRAFTER:
+        return MTP_DRAFTER
+    return head_kind(model) or ("draft" if model or source == DEFAULT_SOURCE else source)
+
+
 def method_for(source: str, method: str | None, engine: str, by_source: dict[str, str],
                known: tuple[str, ...]) -> str:
     """The engine method: `method` if it is one of `known`, else the default of `source`'s
-    kind in `by_source` (keys: "ngram", "suffix", "draft", "mtp": the target's own MTP layers,
-    source `draft:mtp`); an `InputError` naming the option or the source otherwise."""
+    kind in `by_source` (`source_kind`); an `InputError` naming the option or the source
+    otherwise."""
     if method is not None:
         if method not in known:
             raise InputError(f"--export-method {method}: not a {engine} method "
                              f"({', '.join(known)})")
         return method
-    kind = source if source in SEQUENCE_PROPOSERS else MTP_DRAFTER if (
-        draft_model(source) == MTP_DRAFTER) else (
-        "draft" if draft_model(source) or source == DEFAULT_SOURCE else source)
+    kind = source_kind(source)
     if kind not in by_source:
         raise InputError(f"{engine} has no proposer for source {source!r} (it runs "
                          f"{', '.join(sorted(by_source))}); name one with --export-method")

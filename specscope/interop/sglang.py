@@ -35,7 +35,8 @@ from specscope.tree import DEFAULT_SOURCE, Acceptance, Tree
 ENGINE = "sglang"
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 METHODS = (*EAGLE_FAMILY, "NGRAM")
-BY_SOURCE = {"ngram": "NGRAM", "draft": "STANDALONE", "mtp": "NEXTN"}
+BY_SOURCE = {"ngram": "NGRAM", "draft": "STANDALONE", "mtp": "NEXTN", "eagle3": "EAGLE3",
+             "eagle": "EAGLE"}
 SERVING = Serving(EAGLE_FAMILY, {"EAGLE": "EAGLE", "EAGLE3": "EAGLE-3"}, ("NEXTN",))
 TREE_NOTE = ("SGLang picks its N − 1 nodes by the draft's scores at run time: these settings' "
              "candidates hold the tree, which it verifies when the draft ranks them so")

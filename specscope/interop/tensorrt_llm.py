@@ -47,7 +47,8 @@ from specscope.tree import DEFAULT_SOURCE, Tree
 ENGINE = "tensorrt-llm"
 METHODS = ("Eagle3", "Eagle", "Draft_Target", "NGram", "MTP")
 TREE_METHODS = ("Eagle3", "Eagle")
-BY_SOURCE = {"ngram": "NGram", "draft": "Draft_Target", "mtp": "MTP"}
+BY_SOURCE = {"ngram": "NGram", "draft": "Draft_Target", "mtp": "MTP", "eagle3": "Eagle3",
+             "eagle": "Eagle"}
 SERVING = Serving(("Eagle3", "Eagle", "Draft_Target"), {"Eagle3": "EAGLE-3", "Eagle": "EAGLE"},
                   ("MTP",))
 NGRAM_MATCH = 2

@@ -46,7 +46,8 @@ ENGINE = "vllm"
 METHODS = ("ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp")
 TREE_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
 NEEDS_MODEL = ("draft_model", "eagle", "eagle3")
-BY_SOURCE = {"ngram": "ngram", "suffix": "suffix", "draft": "draft_model", "mtp": "mtp"}
+BY_SOURCE = {"ngram": "ngram", "suffix": "suffix", "draft": "draft_model", "mtp": "mtp",
+             "eagle3": "eagle3", "eagle": "eagle"}
 SERVING = Serving(NEEDS_MODEL, {"eagle": "EAGLE", "eagle3": "EAGLE-3"}, ("mtp",))
 NGRAM_MATCH = (2, 5)
 """prompt_lookup_min and prompt_lookup_max exported (vLLM's default for both is 5; a 2-gram

@@ -102,16 +102,27 @@ def mtp_spec(target: ModelSpec) -> ModelSpec:
                                image_tokens=0, image_patches=0)
 
 
+def is_head(name: str | None) -> bool:
+    """Whether `name` is a catalogue head: a model drafting on its target's features
+    (`ModelSpec.fused_inputs` > 0), which engines serve by a method of its own (EAGLE)."""
+    return name is not None and name in _catalogue()[0] and get_model(name).fused_inputs > 0
+
+
 def drafter_spec(model: str | None, target: ModelSpec, kept_layers: float | None = None,
                  source: str = "") -> ModelSpec | None:
-    """The spec priced as the drafter: the catalogue's `model`, or the target's MTP module
-    (`mtp_spec`) for `MTP_DRAFTER`; for a self-speculative `source` running the share
+    """The spec priced as the drafter: the catalogue's `model` (a head, `fused_inputs` > 0,
+    only for a target of its width), or the target's MTP module (`mtp_spec`) for
+    `MTP_DRAFTER`; for a self-speculative `source` running the share
     `kept_layers` of the target's layers (layerskip), `target` with that share of its layers
     (rounded, at least one), embeddings and LM head whole; None when neither."""
     if kept_layers is None:
         if model == MTP_DRAFTER:
             return mtp_spec(target)
-        return None if model is None else get_model(model)
+        spec = None if model is None else get_model(model)
+        if spec is not None and spec.fused_inputs and spec.d_model != target.d_model:
+            raise InputError(f"draft {model} is a head drafting on the features of a target "
+                             f"of width {spec.d_model}; {target.name}'s is {target.d_model}")
+        return spec
     if target.arch != "transformer":
         raise InputError(f"source {source!r} drafts with some of a Transformer's layers; "
                          f"target {target.name} is {target.arch!r}; pass --drafter")

@@ -17,7 +17,7 @@ from specscope.hw_profiles.deployment import Deployment
 from specscope.hw_profiles.pricing import deployed as deployed_pricing
 from specscope.limits import check_memory, check_time
 from specscope.models import get_model, list_models
-from specscope.models.catalogue import drafter_spec
+from specscope.models.catalogue import drafter_spec, is_head
 from specscope.names import MODEL_FREE_SOURCES, MTP_DRAFTER
 from specscope.optimizers.compare import (
     DP_REFERENCE,
@@ -216,10 +216,10 @@ def run_optimize(req: OptimizeRequest, progress: Callable[[int, int], None] | No
         target = dep.target or _trace_target(trace, req.trace_path)
     else:
         p = acceptance_table(req.acceptance, "--acceptance")[0]
-        # a generic tree, whichever model drafts it; the target's MTP layers are named, as an
-        # engine serves them by their own method
-        source = req.source or (source_of(MTP_DRAFTER) if dep.drafter == MTP_DRAFTER
-                                else DEFAULT_SOURCE)
+        # a generic tree, whichever model drafts it; the target's MTP layers and a head are
+        # named, as an engine serves each by a method of its own
+        own = dep.drafter == MTP_DRAFTER or is_head(dep.drafter)
+        source = req.source or (source_of(dep.drafter) if own else DEFAULT_SOURCE)
         chosen = drafting(None, source, dep.drafter, list_models())
         chosen = dataclasses.replace(chosen, drafter=chosen.drafter or DEFAULT_DRAFTER)
         context = req.context if req.context is not None else DEFAULT_CONTEXT
