@@ -35,15 +35,21 @@ from specscope.trace.sources import NO_DRAFTER
 KEY_VERSION = 1
 """Part of every key: bump it when a cell's evaluation changes meaning, so nothing stale is
 reused."""
-ORDER = ("hardware", "runtime", "engine", "target", "tp", "weight_bits", "system", "drafter",
-         "batch", "rate", "method", "budget")
+ORDER = ("hardware", "runtime", "engine", "target", "tp", "weight_bits", "ep", "precision",
+         "expert_precision", "kv_bits", "system", "drafter", "batch", "rate", "method", "budget")
 """Enumeration order, outermost first: cells that share a pricing (hardware … batch) are
 neighbours, so a batch of cells reuses one pricing and one set of trees."""
+DEPLOYMENT_DEFAULTS: dict[str, Any] = {"ep": 1, "precision": "bf16", "expert_precision": None,
+                                       "kv_bits": 16}
+"""The deployment axes added after the first sweeps, at their defaults: a cell that leaves one
+at its default keeps the key it had before the axis existed."""
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One grid point, every parameter resolved (runtime, weight bits, context)."""
+    """One grid point, every parameter resolved (runtime, weight bits, context); ep, precision,
+    expert_precision (None: as precision) and kv_bits are the target's as deployed
+    (`Deployment`)."""
 
     mode: str
     hardware: str
@@ -68,17 +74,20 @@ class Cell:
     system: str = NO_SYSTEM
     system_options: tuple[tuple[str, Any], ...] = ()
     engine: str = DEFAULT_ENGINE
+    ep: int = 1
+    precision: str = "bf16"
+    expert_precision: str | None = None
+    kv_bits: int = 16
 
     @property
     def deployment(self) -> Deployment:
         """What the cell deploys (specscope's own engine: the models as they stand on the
         profile's loop); a simulated cell's batch is its server's limit."""
-        return deployment(self.hardware, target=self.target,
-                          drafter=None if self.drafter == NO_DRAFTER else self.drafter,
-                          engine=None if self.engine == DEFAULT_ENGINE else self.engine,
-                          runtime=self.runtime, tp=self.tp, weight_bits=self.weight_bits,
-                          batch=self.batch if self.mode == "analytic" else 1,
-                          max_batch=self.batch if self.mode == "simulate" else None)
+        return cell_deployment(self.hardware, self.runtime, self.target, self.drafter, self.tp,
+                               self.weight_bits, self.engine, self.ep, self.precision,
+                               self.expert_precision, self.kv_bits,
+                               batch=self.batch if self.mode == "analytic" else 1,
+                               max_batch=self.batch if self.mode == "simulate" else None)
 
     @cached_property
     def key(self) -> str:
@@ -91,6 +100,9 @@ class Cell:
             del params["system"], params["system_options"]  # systems existed
         if self.engine == DEFAULT_ENGINE:  # and those on specscope's loop, before engines
             del params["engine"]
+        for name, default in DEPLOYMENT_DEFAULTS.items():  # and those before these axes
+            if params[name] == default:
+                del params[name]
         return digest(params)[:16]
 
     def columns(self) -> dict[str, Any]:
@@ -100,11 +112,27 @@ class Cell:
             "engine": self.engine, "target": self.target, "drafter": self.drafter,
             "method": self.method,
             "budget": self.budget, "batch": self.batch, "rate": self.rate, "tp": self.tp,
-            "weight_bits": self.weight_bits, "context": self.context,
+            "weight_bits": self.weight_bits, "ep": self.ep, "precision": self.precision,
+            "expert_precision": self.expert_precision, "kv_bits": self.kv_bits,
+            "context": self.context,
             "max_depth": self.max_depth, "acceptance": self.acceptance.label, "seed": self.seed,
             "system": self.system,
             "system_options": strict_json(dict(self.system_options), None, sort_keys=True),
         }
+
+
+def cell_deployment(hardware: str, runtime: str, target: str, drafter: str, tp: int,
+                    weight_bits: int, engine: str, ep: int, precision: str,
+                    expert_precision: str | None, kv_bits: int, *, batch: int = 1,
+                    max_batch: int | None = None) -> Deployment:
+    """The `Deployment` of a cell's parameters (`Cell.deployment`; the analytic pricing builds
+    it from the same parameters, so cells that share them share one pricing)."""
+    return deployment(hardware, target=target,
+                      drafter=None if drafter == NO_DRAFTER else drafter,
+                      engine=None if engine == DEFAULT_ENGINE else engine,
+                      runtime=runtime, tp=tp, weight_bits=weight_bits, batch=batch,
+                      max_batch=max_batch, ep=ep, precision=precision,
+                      expert_precision=expert_precision, kv_bits=kv_bits)
 
 
 CELL_BYTES = 3700
@@ -184,5 +212,6 @@ def _cell(grid: Grid, config: SweepConfig, p: dict[str, Any],
         context=context, max_depth=grid.max_depth, acceptance=acceptance, seed=seed,
         simulation=settings if grid.mode == "simulate" else (),
         profile=digest_, system=p["system"] or NO_SYSTEM, system_options=options,
-        engine=engine,
+        engine=engine, ep=p["ep"] or 1, precision=p["precision"] or "bf16",
+        expert_precision=p["expert_precision"], kv_bits=p["kv_bits"] or 16,
     )

@@ -1,5 +1,6 @@
 """The sweep config: a TOML grid over hardware × runtime × engine × target × drafter × method ×
-budget × batch × arrival rate (and tensor parallelism and weight bits), read and checked.
+budget × batch × arrival rate (and tensor and expert parallelism, weight bits and number
+formats), read and checked.
 
     seed = 0                        # seeds of the simulations and of fitted predictors
     mode = "analytic"               # or "simulate"; every top-level key is a default for grids
@@ -21,7 +22,8 @@ budget × batch × arrival rate (and tensor parallelism and weight bits), read a
     engine = ["specscope", "vllm"]  # software stacks (hw_profiles/data/engines); default
                                     # specscope: the loop profile-hw measures on the profile
     target = ["llama-3.1-8b", "mamba2-2.7b"]
-    drafter = ["llama-68m", "ngram"]  # catalogue draft models or ngram, suffix, recycle
+    drafter = ["llama-68m", "ngram"]  # catalogue draft models, mtp (the target's own
+                                    # multi-token-prediction layer) or ngram, suffix, recycle
     method = ["sequoia", "chain"]   # optimizer methods; simulate: also none, dyspec, specdecpp,
                                     # smartspec, ets-batch (a tree method is a static tree)
     budget = [8, 16, 32]            # tree size n (root included); dynamic policies' budget
@@ -29,6 +31,10 @@ budget × batch × arrival rate (and tensor parallelism and weight bits), read a
     rate = [1.0, 10.0]              # simulate only: arrivals per second
     tp = [1, 2]                     # default 1
     weight_bits = [16, 4]           # default: the model's own
+    ep = [1, 8]                     # expert-parallel degree of an MoE target; default 1
+    precision = ["bf16", "fp8"]     # the target's linear layers: bf16 (default), fp8, nvfp4
+    expert_precision = ["none", "nvfp4"]  # an MoE's routed experts; none (default): precision
+    kv_bits = [16, 8]               # KV cache bits: 16 (default) or 8 (FP8 KV cache)
     system = ["none", "head"]       # seed systems (specscope.systems) serving their cost
                                     # models; default none: the plain target and drafter
 
@@ -37,7 +43,8 @@ budget × batch × arrival rate (and tensor parallelism and weight bits), read a
 
 Every mistake is an `InputError` naming the file, the grid and the key, raised before any cell
 runs. Combinations that cannot run (a runtime the profile does not price, a model that does not
-fit, tp above the profile's max) are not mistakes: their cells are recorded as skipped.
+fit, tp above the profile's max, a format the profile has no peak for, mtp on a target without
+MTP layers) are not mistakes: their cells are recorded as skipped.
 """
 
 from __future__ import annotations
@@ -54,7 +61,8 @@ from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.engine import ENGINE_NAMES
 from specscope.hw_profiles.profile import profile_path
 from specscope.models import get_model, list_models
-from specscope.names import MODEL_FREE_SOURCES, RUNTIMES
+from specscope.models.precision import KV_BITS, PRECISIONS
+from specscope.names import MODEL_FREE_SOURCES, MTP_DRAFTER, RUNTIMES
 from specscope.optimizers.compare import METHOD_NAMES, TREE_METHODS
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.scheduler import ROUTERS
@@ -66,7 +74,7 @@ from specscope.tree import acceptance_table
 
 MODES = ("analytic", "simulate")
 AXES = ("hardware", "runtime", "engine", "target", "drafter", "method", "budget", "batch", "rate",
-        "tp", "weight_bits", "system")
+        "tp", "weight_bits", "ep", "precision", "expert_precision", "kv_bits", "system")
 REQUIRED = ("hardware", "target", "drafter", "method", "budget")
 SETTINGS = ("mode", "seed", "context", "max_depth", "acceptance", "trace", "simulation",
             "system_options")
@@ -84,6 +92,8 @@ DEFAULT_MAX_DEPTH = 12
 WEIGHT_BITS = (16, 8, 4)
 NO_SYSTEM = "none"
 """The system axis' default: plain target and drafter cost models."""
+AS_PRECISION = "none"
+"""The expert_precision axis' default: the routed experts in the format of `precision`."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +119,7 @@ class Grid:
 
     name: str
     mode: str
-    axes: dict[str, tuple[Any, ...]]  # runtime and weight_bits may hold None: the default
+    axes: dict[str, tuple[Any, ...]]  # an axis the grid leaves out holds None: the default
     context: int | None  # None: the trace's mean context
     max_depth: int
     vectors: dict[str, tuple[float, ...]]  # drafter (or "default") → vector; {} with a trace
@@ -196,6 +206,8 @@ def _grid(name: str, table: dict[str, Any], folder: Path, where: str,
     axes = {key: _list(table.get(key), f"{where}{key}") for key in AXES}
     methods = METHOD_NAMES if mode == "analytic" else SIMULATE_METHODS
     _check_names(axes, methods, folder, where)
+    axes["expert_precision"] = tuple(None if e == AS_PRECISION else e
+                                     for e in axes["expert_precision"])
     axes["hardware"] = tuple(_hardware(h, folder) for h in axes["hardware"])
     trace = _trace(table.get("trace"), folder, where, traces)
     vectors = _vectors(table.get("acceptance"), axes["drafter"], trace, where)
@@ -239,23 +251,27 @@ def _check_names(axes: dict[str, tuple[Any, ...]], methods: tuple[str, ...], fol
         except InputError as exc:
             raise InputError(f"{where}hardware: {exc}") from None
     choices = {"runtime": (None, *RUNTIMES), "engine": (None, *ENGINE_NAMES), "method": methods,
-               "weight_bits": (None, *WEIGHT_BITS), "system": (None, NO_SYSTEM, *SYSTEMS)}
+               "weight_bits": (None, *WEIGHT_BITS), "system": (None, NO_SYSTEM, *SYSTEMS),
+               "precision": (None, *PRECISIONS),
+               "expert_precision": (None, AS_PRECISION, *PRECISIONS),
+               "kv_bits": (None, *KV_BITS)}
     for key, allowed in choices.items():
         for value in axes[key]:
-            if value not in allowed or isinstance(value, bool):
+            if (value not in allowed or isinstance(value, bool)
+                    or (key == "kv_bits" and isinstance(value, float))):
                 raise InputError(f"{where}{key}: unknown {value!r}; one of "
                                  f"{', '.join(str(a) for a in allowed if a is not None)}")
     for key in ("target", "drafter"):
         for value in axes[key]:
             if not isinstance(value, str):
                 raise InputError(f"{where}{key}: model names are strings, got {value!r}")
-            if key == "drafter" and value in MODEL_FREE_SOURCES:
+            if key == "drafter" and value in (*MODEL_FREE_SOURCES, MTP_DRAFTER):
                 continue
             try:
                 get_model(value)
             except InputError as exc:
                 raise InputError(f"{where}{key}: {exc}") from None
-    for key, low in (("budget", 1), ("batch", 1), ("tp", 1)):
+    for key, low in (("budget", 1), ("batch", 1), ("tp", 1), ("ep", 1)):
         for value in axes[key]:
             if value is not None:
                 _int(value, f"{where}{key}", low)

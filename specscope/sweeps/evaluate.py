@@ -3,8 +3,11 @@
 Analytic cells: the method's tree at exactly the cell's budget (matched budgets, as
 `optimize-tree --budget` builds them), valued under the acceptance vector (and replayed over the
 trace when there is one), priced by the optimizers' `Pricing` on the cell's hardware, runtime,
-target and drafter, tp, weight bits, context and batch: speedup over autoregressive decoding on the
-same hardware, tokens/s, step time, expected tokens, tree size and depth. SpecDec++ is a policy
+target and drafter, tp, weight bits, ep, number formats, context and batch, the cost models built
+as `optimize-tree` builds them (`Deployment.target_cost`, `drafter_spec` → `draft_spec` →
+`draft_cost`, so `mtp` drafts with the target's own layer on its devices): speedup over
+autoregressive decoding on the same hardware, tokens/s, step time, expected tokens, tree size and
+depth. SpecDec++ is a policy
 whose stopping threshold is chosen per hardware, so it is solved per cell.
 
 Simulated cells: `run_simulation` on the cell's hardware with max batch = the cell's batch; a
@@ -13,11 +16,13 @@ tree method (sequoia, chain, ...) is served as a static tree built as above, the
 goodput, TPOT, TTFT, latency percentiles, accepted drafts per step, mean batch.
 
 Caches (per process, so each Ray worker keeps its own across tasks): profiles, cost models and
-pricings by their parameters; positional vectors by (acceptance, source, depth cap); trees with
-their expected and replayed tokens by (acceptance, source, method, budget, depth cap), because a
-matched-budget tree does not depend on the hardware. A cell that cannot run (an `InputError`: a
-runtime the profile does not price, a model that does not fit, tp above the profile's links, a
-method that needs a trace) is recorded as skipped with the reason.
+pricings by their parameters (a target's cost model shared by its drafters, batches and
+contexts); positional vectors by (acceptance, source, depth cap); trees with their expected and
+replayed tokens by (acceptance, source, method, budget, depth cap), because a matched-budget tree
+does not depend on the hardware. A cell that cannot run (an `InputError`: a runtime the profile
+does not price, a model that does not fit, tp above the profile's links, a method that needs a
+trace, a format the profile has no peak for, mtp on a target without MTP layers, a seed system
+beside ep or a low precision) is recorded as skipped with the reason.
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ import polars as pl
 
 from specscope.errors import InputError
 from specscope.hw_profiles import CostModel, HardwareProfile, load_profile
-from specscope.hw_profiles.deployment import deployment
+from specscope.hw_profiles.deployment import Deployment
 from specscope.hw_profiles.engine import DEFAULT_ENGINE
 from specscope.hw_profiles.pricing import Pricing
 from specscope.hw_profiles.pricing import deployed as deployed_pricing
 from specscope.models import get_model
-from specscope.names import MODEL_FREE_SOURCES
+from specscope.models.catalogue import drafter_spec
+from specscope.names import MODEL_FREE_SOURCES, MTP_DRAFTER
 from specscope.optimizers.compare import (
     POLICY_METHODS,
     TREE_METHODS,
@@ -49,7 +55,7 @@ from specscope.optimizers.compare import (
 from specscope.optimizers.scoring import score_tree
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.run import SimulateRequest, run_simulation
-from specscope.sweeps.cells import NO_DRAFTER, Cell
+from specscope.sweeps.cells import NO_DRAFTER, Cell, cell_deployment
 from specscope.sweeps.config import NO_SYSTEM
 from specscope.systems.base import SystemCosts
 from specscope.systems.registry import deploy
@@ -60,7 +66,9 @@ PARAMS: dict[str, pl.DataType] = {
     "key": pl.String(), "mode": pl.String(), "hardware": pl.String(), "runtime": pl.String(),
     "engine": pl.String(), "target": pl.String(), "drafter": pl.String(), "method": pl.String(),
     "budget": pl.Int64(), "batch": pl.Int64(), "rate": pl.Float64(), "tp": pl.Int64(),
-    "weight_bits": pl.Int64(), "context": pl.Int64(), "max_depth": pl.Int64(),
+    "weight_bits": pl.Int64(), "ep": pl.Int64(), "precision": pl.String(),
+    "expert_precision": pl.String(), "kv_bits": pl.Int64(), "context": pl.Int64(),
+    "max_depth": pl.Int64(),
     "acceptance": pl.String(), "seed": pl.Int64(), "system": pl.String(),
     "system_options": pl.String(),
 }
@@ -79,6 +87,7 @@ tokens/s, tokens per step; `tree` as `Tree.to_json`), simulated results (units i
 the run that computed the row."""
 
 _VECTORS: dict[tuple[str, str, int], np.ndarray] = {}
+_COSTS: dict[tuple[Any, ...], CostModel | None] = {}
 _TREES: dict[tuple[Any, ...], tuple[Tree, float, float | None]] = {}
 
 
@@ -128,6 +137,8 @@ def _analytic(cell: Cell, trace: Trace | None) -> dict[str, Any]:
 
 
 def _simulated(cell: Cell, trace: Trace | None) -> dict[str, Any]:
+    if cell.system != NO_SYSTEM:  # a seed system deploys its own models
+        cell.deployment.check_system(cell.system)
     tree = None
     if cell.method not in POLICIES:  # a tree method: its tree served as a static tree
         tree = _tree(cell, _setup(cell, trace, _pricing(cell, trace)))[0]
@@ -158,28 +169,51 @@ def _profile(hardware: str) -> HardwareProfile:
     return load_profile(hardware)
 
 
-@cache
-def _cost(hardware: str, model: str, runtime: str, tp: int = 1,
-          weight_bits: int | None = None) -> CostModel:
-    return CostModel(_profile(hardware), get_model(model), weight_bits=weight_bits, tp=tp,
-                     runtime=runtime)
+def _target_cost(setup: Deployment) -> CostModel:
+    """The target's cost model as `setup` deploys it (`Deployment.target_cost`), one per
+    process for every deployment that prices it alike (the fields `target_cost` reads)."""
+    key = ("target", setup.hw, setup.target, setup.weight_bits, setup.runtime,
+           setup.tree_attention, setup.offload, setup.tp, setup.stages, setup.ep,
+           setup.precision, setup.expert_precision, setup.kv_bits)
+    if key not in _COSTS:
+        _COSTS[key] = setup.target_cost(_profile(setup.hw), get_model(str(setup.target)))
+    cost = _COSTS[key]
+    assert cost is not None
+    return cost
+
+
+def _draft_cost(setup: Deployment) -> CostModel | None:
+    """The draft's cost model as `setup` deploys it, as optimize-tree builds it: the priced
+    spec (`drafter_spec`: a catalogue model, the target's MTP module for mtp, None for a
+    model-free drafter) with the draft options (`draft_spec`), on its devices (`draft_cost`:
+    an MTP module on the target's tp, ep and formats)."""
+    key: tuple[Any, ...] = ("draft", setup.hw, setup.drafter, setup.runtime,
+                            setup.tree_attention, setup.draft_tp, setup.draft_vocab)
+    if setup.drafter == MTP_DRAFTER:  # the target's own layer, on its devices and formats
+        key += (setup.target, setup.weight_bits, setup.tp, setup.ep, setup.precision,
+                setup.kv_bits)
+    if key not in _COSTS:
+        free = setup.drafter is None or setup.drafter in MODEL_FREE_SOURCES
+        spec = drafter_spec(None if free else setup.drafter, get_model(str(setup.target)))
+        _COSTS[key] = setup.draft_cost(_profile(setup.hw), setup.draft_spec(spec))
+    return _COSTS[key]
 
 
 @cache
 def _cached_pricing(hardware: str, runtime: str, target: str, drafter: str, tp: int,
                     weight_bits: int, context: int, batch: int, temperature: float,
                     system: str, system_options: tuple[tuple[str, Any], ...],
-                    engine: str = DEFAULT_ENGINE) -> Pricing:
-    setup = deployment(hardware, engine=None if engine == DEFAULT_ENGINE else engine,
-                       runtime=runtime, batch=batch, tp=tp)
+                    engine: str = DEFAULT_ENGINE, ep: int = 1, precision: str = "bf16",
+                    expert_precision: str | None = None, kv_bits: int = 16) -> Pricing:
+    setup = cell_deployment(hardware, runtime, target, drafter, tp, weight_bits, engine, ep,
+                            precision, expert_precision, kv_bits, batch=batch)
     if system != NO_SYSTEM:
+        setup.check_system(system)
         deployed = _deployed(hardware, runtime, target, drafter, tp, weight_bits, system,
                              system_options)
         models = deployed.target, deployed.drafter
     else:  # the draft on the devices the engine shards it over, as optimize-tree prices it
-        models = (_cost(hardware, target, runtime, tp, weight_bits),
-                  None if drafter in MODEL_FREE_SOURCES
-                  else _cost(hardware, drafter, runtime, setup.draft_tp))
+        models = _target_cost(setup), _draft_cost(setup)
     return deployed_pricing(setup, *models, context, temperature=temperature)
 
 
@@ -201,7 +235,8 @@ def _pricing(cell: Cell, trace: Trace | None) -> Pricing:
     return _cached_pricing(cell.hardware, cell.runtime, cell.target, cell.drafter, cell.tp,
                            cell.weight_bits, cell.context or 0, cell.batch,
                            0.0 if trace is None else trace.temperature, cell.system,
-                           cell.system_options, cell.engine)
+                           cell.system_options, cell.engine, cell.ep, cell.precision,
+                           cell.expert_precision, cell.kv_bits)
 
 
 def _vector(cell: Cell, trace: Trace | None) -> np.ndarray:

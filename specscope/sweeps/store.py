@@ -18,6 +18,7 @@ import polars as pl
 
 from specscope.atomic import write_atomic, write_parquet_atomic
 from specscope.errors import InputError
+from specscope.sweeps.cells import DEPLOYMENT_DEFAULTS
 from specscope.sweeps.evaluate import SCHEMA
 
 
@@ -59,11 +60,15 @@ class ResultStore:
 
     def _read(self, path: Path) -> pl.DataFrame:
         """A table or part file with the sweep schema; anything else is an `InputError` (so a
-        sweep never overwrites a file it did not write)."""
+        sweep never overwrites a file it did not write). A table written before the deployment
+        axes (ep, precision, expert_precision, kv_bits) holds their defaults."""
         try:
             frame = pl.read_parquet(path)
         except Exception as exc:  # polars raises several kinds for a file that is not parquet
             raise InputError(f"{path}: not a parquet file ({type(exc).__name__})") from None
+        frame = frame.with_columns(pl.lit(v, SCHEMA[c]).alias(c)
+                                   for c, v in DEPLOYMENT_DEFAULTS.items()
+                                   if c not in frame.columns)
         missing = [c for c in SCHEMA if c not in frame.columns]
         if missing:
             raise InputError(f"{path}: not a sweep results table (no column {missing[0]!r}); "
