@@ -4,9 +4,11 @@ experts (none under graphs), expert parallelism, MLA's cache and the parameter c
 Mixtral-8x7B and DeepSeek-V3 shapes."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
+from test_guards import refused
 
 from specscope.errors import InputError
 from specscope.hw_profiles.cost import CostModel
@@ -16,6 +18,7 @@ from specscope.models.moe_ops import (
     ROUTER_HOST_LAYERS,
     expected_experts,
     moe_host_layers,
+    touched_experts,
 )
 from specscope.models.ops import (
     ACT_BYTES,
@@ -103,7 +106,7 @@ def test_an_eager_moe_issues_its_router_and_touched_experts_from_the_host():
     per_layer = ROUTER_HOST_LAYERS + EXPERT_HOST_LAYERS * expected_experts(16, 2, 4 * n)
     np.testing.assert_allclose(cost.moe_host_time(4, n, 128),
                                4 * per_layer * r.host_layer_s / hw.host_speed, rtol=1e-12)
-    np.testing.assert_allclose(moe_host_layers(small, 4 * n), 4 * per_layer, rtol=1e-12)
+    np.testing.assert_allclose(moe_host_layers(small, 4, 4 * n), 4 * per_layer, rtol=1e-12)
     assert cost.moe_host_time(1, 8, 0) == pytest.approx(
         4 * (ROUTER_HOST_LAYERS + EXPERT_HOST_LAYERS * expected_experts(16, 2, 8))
         * r.prefill_host_layer_s / hw.host_speed)  # a prompt: the prefill host time per layer
@@ -196,3 +199,49 @@ def test_sliding_layers_bound_their_keys_and_cache():
     assert kv_bytes_per_token(SLIDING) == 2 * row
     assert kv_cache_bytes(SLIDING, 10_000) == 10_000 * 2 * row + 128 * 2 * row
     assert kv_cache_bytes(SLIDING, 50) == 50 * 4 * row
+
+
+def test_a_sequences_tokens_routing_alike_count_as_fewer_draws():
+    tokens, rows = np.array([1.0, 4, 32, 128]), 4
+    independent = expected_experts(16, 2, tokens * rows)
+    np.testing.assert_array_equal(expected_experts(16, 2, tokens * rows, rows=rows,
+                                                   row_exponent=1.0), independent)
+    alike = expected_experts(16, 2, tokens * rows, rows=rows, row_exponent=0.5)
+    # one token a row is unaffected; more tokens a row touch fewer experts, still at most E
+    assert alike[0] == pytest.approx(independent[0])
+    assert np.all(alike[1:] < independent[1:]) and np.all(alike <= 16)
+    # rows · n^α draws: 4 rows of 16 tokens at α = 0.5 are 16 independent tokens
+    assert expected_experts(16, 2, 64, rows=4, row_exponent=0.5) == pytest.approx(
+        expected_experts(16, 2, 16))
+    for bad in (0.0, 1.5):
+        with pytest.raises(InputError, match="row exponent"):
+            expected_experts(16, 2, 8, rows=1, row_exponent=bad)
+
+
+def test_a_specs_routing_statistics_reach_the_expert_reads():
+    small = dataclasses.replace(MIXTRAL, name="small-moe", n_layers=4, d_model=256, n_heads=4,
+                                n_kv_heads=4, head_dim=64, n_experts=16, d_expert=344)
+    measured = dataclasses.replace(small, routing_skew=0.5, routing_row_exponent=0.6)
+    assert touched_experts(measured, 4, 32) == pytest.approx(
+        expected_experts(16, 2, 32, skew=0.5, rows=4, row_exponent=0.6))
+    hw = load_profile("cpu-2core")
+    plain, fewer = (CostModel(hw, m, runtime="eager") for m in (small, measured))
+    assert fewer.forward_time(1, 16, 128) < plain.forward_time(1, 16, 128)
+    assert fewer.forward_time(1, 1, 128) == pytest.approx(plain.forward_time(1, 1, 128))
+
+
+def test_the_routing_options_reach_cost_and_are_checked(cli):
+    def step(*extra):
+        code, out, err = cli("cost", "--hw", "h200", "--target", "qwen3-30b-a3b", "--tp", "2",
+                             "--batch", "8", "--new-tokens", "8", *extra, "--json")
+        assert code == 0, err
+        return json.loads(out)["step_time_ms"]
+
+    assert step("--routing-skew", "0.5", "--routing-row-exponent", "0.6") < step()
+    assert step("--routing-row-exponent", "1") == step()
+    refused(cli("cost", "--hw", "h200", "--target", "llama-3.1-8b", "--routing-skew", "0.5"),
+            "--routing-skew", "dense")
+    refused(cli("cost", "--hw", "h200", "--target", "qwen3-30b-a3b", "--routing-row-exponent",
+                "0"), "--routing-row-exponent", "(0, 1]")
+    refused(cli("cost", "--hw", "h200", "--target", "qwen3-30b-a3b", "--routing-skew", "0.5",
+                "--system", "head"), "--routing-skew", "--system head")

@@ -59,6 +59,14 @@ ExpertPrecision = Annotated[str | None, typer.Option(
     "--expert-precision", help="Number format of an MoE target's routed experts alone "
                                "(default: --precision), e.g. nvfp4 experts beside fp8 layers."),
     Choices("specscope.models.precision:PRECISIONS")]
+RoutingSkew = Annotated[float | None, typer.Option(
+    "--routing-skew", min=0.0, help="An MoE router's measured Zipf skew of expert popularity "
+                                    "(0: every expert alike; default: the model's, 0 unless "
+                                    "measured): fewer distinct experts read per step.")]
+RoutingRowExponent = Annotated[float | None, typer.Option(
+    "--routing-row-exponent",
+    help="How alike a sequence's own tokens route: its n tokens in a step count as n^A "
+         "independent draws (1: independent; default: the model's, 1 unless measured).")]
 KvBits = Annotated[int, typer.Option(
     "--kv-bits", help="Bits per KV-cache element: 16, or 8 (an FP8 KV cache: half the cache "
                       "and its reads)."), Choices("specscope.models.precision:KV_BITS")]

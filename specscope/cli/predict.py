@@ -30,6 +30,8 @@ from specscope.cli.common import (
     PricedRuntime,
     PricedTarget,
     PromptLen,
+    RoutingRowExponent,
+    RoutingSkew,
     ServerMaxBatch,
     Source,
     Stages,
@@ -65,6 +67,8 @@ def cost(
     precision: Precision = "bf16",
     expert_precision: ExpertPrecision = None,
     kv_bits: KvBits = 16,
+    routing_skew: RoutingSkew = None,
+    routing_row_exponent: RoutingRowExponent = None,
     draft_tp: DraftTp = None,
     stages: Stages = 1,
     draft_window: DraftWindow = None,
@@ -105,7 +109,8 @@ def cost(
                        draft_tp=draft_tp, stages=stages, offload=offload,
                        draft_window=draft_window, draft_vocab=draft_vocab, batch=batch,
                        ep=ep, precision=precision, expert_precision=expert_precision,
-                       kv_bits=kv_bits)
+                       kv_bits=kv_bits, routing_skew=routing_skew,
+                       routing_row_exponent=routing_row_exponent)
     setup.check_system(system)
     options = parse_system(system, system_options)
     context = DEFAULT_CONTEXT if context is None else context
@@ -177,6 +182,8 @@ def optimize_tree(
     precision: Precision = "bf16",
     expert_precision: ExpertPrecision = None,
     kv_bits: KvBits = 16,
+    routing_skew: RoutingSkew = None,
+    routing_row_exponent: RoutingRowExponent = None,
     draft_tp: DraftTp = None,
     stages: Stages = 1,
     draft_window: DraftWindow = None,
@@ -240,7 +247,8 @@ def optimize_tree(
                        offload=offload, draft_window=draft_window, draft_vocab=draft_vocab,
                        batch=batch, max_batch=max_batch,
                        ep=ep, precision=precision, expert_precision=expert_precision,
-                       kv_bits=kv_bits)
+                       kv_bits=kv_bits, routing_skew=routing_skew,
+                       routing_row_exponent=routing_row_exponent)
     request = OptimizeRequest(
         deployment=setup,
         trace_path=trace,

@@ -35,6 +35,8 @@ from specscope.cli.common import (
     PricedRuntime,
     PricedTarget,
     PromptLen,
+    RoutingRowExponent,
+    RoutingSkew,
     Seed,
     ServerMaxBatch,
     SloTpot,
@@ -89,6 +91,8 @@ def simulate(
     precision: Precision = "bf16",
     expert_precision: ExpertPrecision = None,
     kv_bits: KvBits = 16,
+    routing_skew: RoutingSkew = None,
+    routing_row_exponent: RoutingRowExponent = None,
     draft_tp: DraftTp = None,
     stages: Stages = 1,
     draft_window: DraftWindow = None,
@@ -147,7 +151,8 @@ def simulate(
                        offload=offload, draft_window=draft_window, draft_vocab=draft_vocab,
                        max_batch=max_batch,
                        ep=ep, precision=precision, expert_precision=expert_precision,
-                       kv_bits=kv_bits)
+                       kv_bits=kv_bits, routing_skew=routing_skew,
+                       routing_row_exponent=routing_row_exponent)
     setup.check_system(system)
     request = SimulateRequest(
         deployment=setup,

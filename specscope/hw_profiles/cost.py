@@ -344,8 +344,9 @@ class CostModel:
             return np.asarray(0.0)
         r = self.runtime
         per_layer = np.where(np.asarray(context_len) == 0, r.prefill_host_layer_s, r.host_layer_s)
-        tokens = np.asarray(batch, dtype=float) * np.asarray(new_tokens, dtype=float)
-        return moe_host_layers(self.model, tokens, self.ep) * per_layer * (
+        rows = np.asarray(batch, dtype=float)
+        tokens = rows * np.asarray(new_tokens, dtype=float)
+        return moe_host_layers(self.model, rows, tokens, self.ep) * per_layer * (
             self.host_layers / self.model.n_layers) / self.hw.host_speed
 
     def roofline_terms(self, batch: Num, new_tokens: Num, context_len: Num, **ssm: Any

@@ -53,7 +53,8 @@ class Deployment:
     `max_batch_for`); stated: which of tree_attention and draft_tp the options gave (a stated
     tree attention applies without an engine too; a stated draft tp needs a draft model); ep:
     the target's expert-parallel degree; precision / expert_precision / kv_bits: the target's
-    number formats (`specscope.models.precision`)."""
+    number formats (`specscope.models.precision`); routing_skew / routing_row_exponent: an MoE
+    target's measured routing statistics (`ModelSpec`; None: the model's own)."""
 
     hw: str
     target: str | ModelSpec | None = None
@@ -78,6 +79,8 @@ class Deployment:
     precision: str = "bf16"
     expert_precision: str | None = None
     kv_bits: int = 16
+    routing_skew: float | None = None
+    routing_row_exponent: float | None = None
 
     @property
     def engine_name(self) -> str | None:
@@ -91,10 +94,21 @@ class Deployment:
             return self.max_batch
         return None if self.engine is None else self.engine.default_batch(speculating)
 
+    def routed(self, spec: ModelSpec) -> ModelSpec:
+        """`spec` with the routing statistics the options state (itself when none are)."""
+        stated = {k: v for k, v in (("routing_skew", self.routing_skew),
+                                    ("routing_row_exponent", self.routing_row_exponent))
+                  if v is not None}
+        if stated and not spec.moe:
+            raise InputError(f"--{next(iter(stated)).replace('_', '-')}: {spec.name} is dense, "
+                             "it routes no tokens")
+        return dataclasses.replace(spec, **stated) if stated else spec
+
     def target_cost(self, profile: HardwareProfile, spec: ModelSpec, **extra: Any) -> CostModel:
         """The target's cost model as deployed: its weights, runtime, tree attention, devices
-        (tp, stages, ep), offloading and number formats; `extra` adds CostModel's other
-        options (group_size)."""
+        (tp, stages, ep), offloading, number formats and routing statistics; `extra` adds
+        CostModel's other options (group_size)."""
+        spec = self.routed(spec)
         return CostModel(profile, spec, weight_bits=self.weight_bits, runtime=self.runtime,
                          tree_attention=self.tree_attention, offload=self.offload, tp=self.tp,
                          stages=self.stages, ep=self.ep, precision=self.precision,
@@ -109,6 +123,7 @@ class Deployment:
         quantise the MTP layer with the rest; `expert_precision` is left to the target's
         experts, as NVFP4 checkpoints keep the MTP layer out of FP4)."""
         if spec is not None and spec.name.endswith(MTP_SUFFIX):
+            spec = self.routed(spec) if spec.moe else spec
             return CostModel(profile, spec, weight_bits=self.weight_bits, runtime=self.runtime,
                              tree_attention=self.tree_attention, tp=self.tp, ep=self.ep,
                              precision=self.precision, kv_bits=self.kv_bits)
@@ -121,7 +136,10 @@ class Deployment:
         its own models (16-bit, no expert parallelism)."""
         stated = [o for o, v in (("--ep", self.ep > 1), ("--precision", self.precision != "bf16"),
                                  ("--expert-precision", self.expert_precision),
-                                 ("--kv-bits", self.kv_bits != 16)) if v]
+                                 ("--kv-bits", self.kv_bits != 16),
+                                 ("--routing-skew", self.routing_skew is not None),
+                                 ("--routing-row-exponent",
+                                  self.routing_row_exponent is not None)) if v]
         if system is not None and stated:
             raise InputError(f"{stated[0]} prices the plain target; --system {system} deploys "
                              "its own models (16-bit, no expert parallelism)")
@@ -164,7 +182,8 @@ def deployment(hw: str, *, target: str | ModelSpec | None = None, drafter: str |
                draft_window: int | None = None, draft_vocab: int | None = None,
                batch: int = 1, max_batch: int | None = None, ep: int = 1,
                precision: str = "bf16", expert_precision: str | None = None,
-               kv_bits: int = 16) -> Deployment:
+               kv_bits: int = 16, routing_skew: float | None = None,
+               routing_row_exponent: float | None = None) -> Deployment:
     """The `Deployment` of these options, every engine-implied setting resolved here:
 
     - an engine (or, without one, a stated baseline engine, which needs specscope's own engine
@@ -189,6 +208,9 @@ def deployment(hw: str, *, target: str | ModelSpec | None = None, drafter: str |
             raise InputError(f"{option} must be ≥ 1, got {value}")
     if not 0 <= offload <= 1:
         raise InputError(f"--offload must be within [0, 1], got {offload}")
+    if routing_row_exponent is not None and not 0 < routing_row_exponent <= 1:
+        raise InputError(f"--routing-row-exponent must lie in (0, 1], got "
+                         f"{routing_row_exponent}")
     if draft_tp is not None and draft_tp > tp * stages:
         raise InputError(f"--draft-tp {draft_tp}: the deployment has {tp * stages} device"
                          f"{'s' if tp * stages > 1 else ''} (--tp {tp} × --stages {stages}); "
@@ -216,6 +238,7 @@ def deployment(hw: str, *, target: str | ModelSpec | None = None, drafter: str |
                       offload=offload, draft_window=draft_window, draft_vocab=draft_vocab,
                       batch=batch, max_batch=max_batch, ep=ep, precision=precision,
                       expert_precision=expert_precision, kv_bits=kv_bits,
+                      routing_skew=routing_skew, routing_row_exponent=routing_row_exponent,
                       stated=frozenset(k for k, v in (("tree_attention", tree_attention),
                                                        ("draft_tp", draft_tp)) if v is not None))
 

@@ -27,23 +27,37 @@ from specscope.models.precision import Format
 from specscope.models.spec import ModelSpec
 
 
-def expected_experts(n_experts: int, k: int, tokens: Num, skew: float = 0.0) -> Num:
+def expected_experts(n_experts: int, k: int, tokens: Num, skew: float = 0.0, rows: Num = 1,
+                     row_exponent: float = 1.0) -> Num:
     """Expected distinct routed experts that `tokens` tokens touch in one layer, each token
-    choosing `k` of `n_experts` (`tokens` may be an array).
+    choosing `k` of `n_experts` (`tokens` and `rows` may be arrays).
 
-    Tokens are assumed to route independently. With `skew` 0 every expert is equally likely, so
+    By default tokens route independently. With `skew` 0 every expert is equally likely, so
     one token misses a given expert with probability 1 − k/E and the count is
-    E·(1 − (1 − k/E)^T): k at T = 1, E as T → ∞. `skew` > 0 stands for measured routing
-    statistics: the i-th most popular expert has Zipf-like weight i^(−skew), a token includes
-    it with probability q_i = k × its share (capped at 1, the excess spread over the others so
-    that Σ q_i = k), and the count is Σ_i 1 − (1 − q_i)^T: still k at T = 1 and E in the limit,
-    fewer in between (the concave terms sum highest when the q_i are equal).
+    E·(1 − (1 − k/E)^T): k at T = 1, E as T → ∞. `skew` and `row_exponent` stand for measured
+    routing statistics (`ModelSpec.routing_skew`, `routing_row_exponent`):
+
+    - `skew` > 0: the i-th most popular expert has Zipf-like weight i^(−skew), a token includes
+      it with probability q_i = k × its share (capped at 1, the excess spread over the others
+      so that Σ q_i = k), and the count is Σ_i 1 − (1 − q_i)^T: still k at T = 1 and E in the
+      limit, fewer in between (the concave terms sum highest when the q_i are equal);
+    - `row_exponent` α < 1: the tokens are `rows` sequences' (a verified tree's nodes, a
+      prompt), the sequences route independently of each other but a sequence's own tokens
+      alike, so its n = T / rows tokens count as n^α independent draws: T is replaced by
+      rows · n^α (α = 1: independent tokens). An approximation for the step sizes speculation
+      verifies (n ≤ 64): a long prompt's count grows without the saturation a finite
+      correlation length would give.
     """
     if not 1 <= k <= n_experts:
         raise InputError(f"experts per token {k} must lie in 1..{n_experts}")
     if skew < 0:
         raise InputError(f"routing skew {skew} must not be negative")
+    if not 0 < row_exponent <= 1:
+        raise InputError(f"routing row exponent {row_exponent} must lie in (0, 1]")
     t = np.asarray(tokens, dtype=float)
+    if row_exponent != 1:
+        r = np.asarray(rows, dtype=float)
+        t = r * (t / r) ** row_exponent
     if skew == 0:
         return n_experts * (1.0 - (1.0 - k / n_experts) ** t)
     q = _inclusion(n_experts, k, skew)
@@ -78,12 +92,20 @@ the loop over the experts, the weighted sum), in dense layers' host time: 0.32-0
 same five runs."""
 
 
-def moe_host_layers(spec: ModelSpec, tokens: Num, ep: int = 1) -> Num:
+def touched_experts(spec: ModelSpec, rows: Num, tokens: Num) -> Num:
+    """Expected distinct routed experts one MoE layer of `spec` reads for a step of `rows`
+    sequences and `tokens` tokens in all, under its routing statistics (`expected_experts`)."""
+    return expected_experts(spec.n_experts, spec.experts_per_token, tokens, spec.routing_skew,
+                            rows, spec.routing_row_exponent)
+
+
+def moe_host_layers(spec: ModelSpec, rows: Num, tokens: Num, ep: int = 1) -> Num:
     """Dense layers' worth of host issue time that the MoE layers of an eager forward of
-    `tokens` tokens add, per device: each layer's router (`ROUTER_HOST_LAYERS`) and its share
-    of the expected touched experts (`EXPERT_HOST_LAYERS` each). A runtime that replays a
-    captured graph or runs fused MoE kernels issues none of it."""
-    touched = expected_experts(spec.n_experts, spec.experts_per_token, tokens) / ep
+    `rows` sequences, `tokens` tokens in all, add per device: each layer's router
+    (`ROUTER_HOST_LAYERS`) and its share of the expected touched experts (`EXPERT_HOST_LAYERS`
+    each). A runtime that replays a captured graph or runs fused MoE kernels issues none of
+    it."""
+    touched = touched_experts(spec, rows, tokens) / ep
     return moe_layers(spec) * (ROUTER_HOST_LAYERS + EXPERT_HOST_LAYERS * touched)
 
 
@@ -127,15 +149,16 @@ def _expert_op(op: str, count: int, tokens: Num, pairs: Num, touched: Num, d_in:
         reduce_bytes=tokens * reduce_width * ACT_BYTES, a2a_bytes=a2a)
 
 
-def moe_ops(spec: ModelSpec, count: int, tokens: Num, tp: int, ep: int, bpw: float,
+def moe_ops(spec: ModelSpec, count: int, rows: Num, tokens: Num, tp: int, ep: int, bpw: float,
             quant: bool, fmt: Format | None = None,
             expert_fmt: Format | None = None) -> list[OpCost]:
     """Norm, router, shared experts and routed experts of `count` MoE layers for the step's
-    `tokens`, per device (placement: module docstring); the shared experts in `fmt`, the
-    routed ones in `expert_fmt`, the router at 16 bits.
+    `tokens` of `rows` sequences, per device (placement: module docstring); the shared experts
+    in `fmt`, the routed ones in `expert_fmt`, the router at 16 bits.
 
     A device reads the weights of its share of the expected touched experts
-    (`expected_experts`(E, k, tokens) / ep, uniform routing) and runs its share of the
+    (`touched_experts` / ep: uniform independent routing unless the spec states its routing
+    statistics) and runs its share of the
     tokens × k (token, expert) pairs. The MoE output is all-reduced over the tp devices unless
     ep = tp, where the combine all-to-all brings the routed output and only the shared experts'
     is all-reduced. Each all-to-all moves tokens × k × d_model activations, (ep − 1)/ep of them
@@ -143,7 +166,7 @@ def moe_ops(spec: ModelSpec, count: int, tokens: Num, tp: int, ep: int, bpw: flo
     """
     d, k = spec.d_model, spec.experts_per_token
     width = spec.d_expert // (tp // ep)
-    touched = expected_experts(spec.n_experts, k, tokens) / ep
+    touched = touched_experts(spec, rows, tokens) / ep
     pairs = tokens * k / ep
     a2a = tokens * k * d * ACT_BYTES * (ep - 1) / ep
     routed_reduce = d if ep < tp or ep == 1 else 0

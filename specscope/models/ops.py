@@ -327,7 +327,7 @@ def forward_ops(
             linear_op("mlp_down", n_mlp, tokens, ff, d, bpw, quant, reduce_width=d, fmt=fmt),
         ]
     if spec.moe:
-        ops += moe_layer_ops(spec, moe_layers(spec), tokens, tp, ep, bpw, quant,
+        ops += moe_layer_ops(spec, moe_layers(spec), batch, tokens, tp, ep, bpw, quant,
                              fmt, expert_fmt)
     vocab = -(-v // tp) if shard_lm_head else v
     logits = np.where((context == 0) & (prompt_logits == "last"), batch, tokens)

@@ -47,6 +47,11 @@ class ModelSpec:
     d_expert: int = 0
     d_shared: int = 0
     first_dense_layers: int = 0
+    # the router's measured statistics (`moe_ops.expected_experts`; defaults: uniform,
+    # independent tokens): a Zipf skew of expert popularity, and the exponent α by which a
+    # sequence's n tokens count as n^α independent draws (its consecutive tokens route alike)
+    routing_skew: float = 0.0
+    routing_row_exponent: float = 1.0
     # multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: grouped-query attention): the
     # cache holds a `kv_lora_rank` latent plus a `qk_rope_head_dim` rope key per token; queries
     # go through a `q_lora_rank` bottleneck (0: a plain projection); per head, keys are
@@ -153,6 +158,8 @@ def _check(spec: ModelSpec, where: str) -> None:
                 spec.first_dense_layers and spec.d_ff < 1):
             raise InputError(f"{bad}: first_dense_layers must lie in 0..n_layers, and dense "
                              f"layers need d_ff")
+    if spec.routing_skew < 0 or not 0 < spec.routing_row_exponent <= 1:
+        raise InputError(f"{bad}: routing_skew must be >= 0 and routing_row_exponent in (0, 1]")
     if spec.mla and min(spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim) < 1:
         raise InputError(f"{bad}: latent attention (kv_lora_rank) needs qk_nope_head_dim, "
                          f"qk_rope_head_dim and v_head_dim")
