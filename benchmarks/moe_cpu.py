@@ -10,7 +10,8 @@ same active parameters per token (the MoE stores 8× the MLP weights). The dense
 code's own shape. Random weights (seed 0, std 0.02). Steps are binary trees of n nodes after 128
 committed tokens per row, B = 1 through `CachedModel.verify` and B = 4 through the batched
 target's `verify`, timed as profile-hw times them (perf_counter, warm-up per shape, median of
-repeats interleaved over the shapes), float32, eager, 1 torch thread, as cpu-2core was measured.
+repeats interleaved over the shapes, and here over both models), float32, eager, 1 torch
+thread, as cpu-2core was measured.
 
 Inputs. profile-hw feeds token ids 0..n−1 in every row, which is harmless for a dense model but
 not for an MoE: identical rows route identically, so a B = 4 step touches the experts of one row.
@@ -18,19 +19,17 @@ Here every repeat of a shape draws its own token ids, per row and per node (seed
 as the rows of a real verify step differ; the dense twin is timed on the same draws.
 
 "experts" is the mean, over the MoE layers and the draws, of the distinct experts a step's B × n
-tokens touched, counted in an untimed forward of the timed draws, beside the pricing's
-`expected_experts`(16, 2, B × n) (independent tokens, uniform router). This random model does not
-route like that: tokens of one row pick alike (their hidden states presumably share the average
-of the row's context that the near-uniform attention of random weights takes) and the deeper
-layers prefer a few experts. Calibration counts: 8 tokens touch 5.2 experts in one row (n = 8)
-and 9.4 over four rows (n = 2), 32 tokens 7.5 and 12.4, where the law says 10.5 and 15.8 for
-either; the count depends on the rows, not only on B × n, so no one-parameter law in B × n
-(`expected_experts`' `skew`: fitted to these counts, it still missed one cell by 32%) carries it.
-The graded prediction keeps the uniform law, and its error in experts is printed. "calib."
-counts the same shapes on a separate calibration set (other contexts and tokens:
-`CALIBRATION_SEED`), never timed; the column "calib. routing" prices each shape with that count
-in place of the law (`with_counts`): what the pricing would say if it knew this model's
-routing, shown beside the graded prediction, not instead of it.
+tokens touched, counted in an untimed forward of the timed draws. This random model does not
+route as independent tokens over a uniform router: tokens of one row pick alike (their hidden
+states presumably share the average of the row's context that the near-uniform attention of
+random weights takes) and the deeper layers prefer a few experts, so the count depends on the
+rows, not only on B × n. The pricing's law carries both as routing statistics
+(`moe_ops.expected_experts`: a Zipf `skew` of expert popularity and a `row_exponent` α, a row's n
+tokens counting as n^α independent draws). They are measured on a separate calibration set
+(other contexts and tokens: `CALIBRATION_SEED`, never timed): the (skew, α) whose law best meets
+the calibration counts in relative least squares over the grid's shapes (`routing_statistics`),
+then set on the MoE's spec (`ModelSpec.routing_skew`, `routing_row_exponent`) for the graded
+prediction. The same pricing under the uniform independent law is shown beside it.
 
 Predictions are the profile as it stands: nothing is fitted to these rows. The pricing's eager
 host term for an MoE layer (`moe_ops.moe_host_layers`: its router and per touched expert, in the
@@ -39,7 +38,10 @@ from this grid; `--host` runs it alone. The machine-drift probe (cpu-2core's own
 re-timed, now over then; the geometric mean of a probe before and after the grid) is printed, and
 the errors are shown both raw and with the prediction scaled by it ("× drift": validate's
 correction for a machine running slower than when it was profiled). The × drift columns are the
-ones to judge the pricing by, as validate does: the raw ones also carry the machine's speed.
+ones to judge the pricing by, as validate does: the raw ones also carry the machine's speed. The
+probe itself moves with the shared machine's load (1.19-1.49 within minutes), so the last
+columns price the MoE over its dense twin timed in the same process, a ratio no machine speed
+enters: what the MoE pricing adds to the dense pricing, checked alone.
 
 Run alone: `.venv/bin/python benchmarks/moe_cpu.py` (writes benchmarks/results/moe-cpu.txt).
 """
@@ -53,7 +55,6 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import torch
@@ -64,7 +65,6 @@ from specscope.executor.batched_transformer import batch_target
 from specscope.executor.runtime import Runtime
 from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.cost import CostModel
-from specscope.models import moe_ops
 from specscope.models.catalogue import get_model
 from specscope.models.moe_ops import EXPERT_HOST_LAYERS, ROUTER_HOST_LAYERS, expected_experts
 from specscope.models.spec import ModelSpec
@@ -125,21 +125,25 @@ def draws(vocab: int, count: int, seed: int) -> dict[Shape, list[Draw]]:
                      for _ in range(count)] for b in BATCHES for n in NS}
 
 
-def measure(steps: Steps, inputs: dict[Shape, list[Draw]], runtime: Runtime
-            ) -> dict[Shape, float]:
-    """Median seconds of each shape's verify step, repeat r on draw r, the repeats interleaved
-    over the shapes (a burst of load from elsewhere hits every shape)."""
+def measure(models: dict[str, Steps], inputs: dict[Shape, list[Draw]], runtime: Runtime
+            ) -> dict[str, dict[Shape, float]]:
+    """Median seconds of each model's verify step per shape, repeat r on draw r, the repeats
+    interleaved over the shapes and the models (a burst of load from elsewhere hits every
+    shape of both)."""
     for i, (shape, shape_draws) in enumerate(inputs.items()):
-        for w in range(WARMUP_FIRST if i == 0 else warmups(runtime)):
-            steps.call(shape, shape_draws[w % len(shape_draws)])()
-    times: dict[Shape, list[float]] = {shape: [] for shape in inputs}
+        for steps in models.values():
+            for w in range(WARMUP_FIRST if i == 0 else warmups(runtime)):
+                steps.call(shape, shape_draws[w % len(shape_draws)])()
+    times = {name: {shape: [] for shape in inputs} for name in models}
     for r in range(len(next(iter(inputs.values())))):
         for shape, shape_draws in inputs.items():
-            call = steps.call(shape, shape_draws[r])
-            start = time.perf_counter()
-            call()
-            times[shape].append(time.perf_counter() - start)
-    return {shape: statistics.median(ts) for shape, ts in times.items()}
+            for name, steps in models.items():
+                call = steps.call(shape, shape_draws[r])
+                start = time.perf_counter()
+                call()
+                times[name][shape].append(time.perf_counter() - start)
+    return {name: {shape: statistics.median(ts) for shape, ts in by_shape.items()}
+            for name, by_shape in times.items()}
 
 
 def touched_experts(steps: Steps, inputs: dict[Shape, list[Draw]], d_model: int
@@ -221,12 +225,23 @@ def _forced(route: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
     return forced
 
 
-def with_counts(cost: CostModel, b: int, n: int, touched: float) -> float:
-    """`cost`'s forward time with `expected_experts` answering `touched` (the calibration set's
-    count) in place of the uniform law: what the pricing would say if it knew this model's
-    routing. Not the graded prediction."""
-    with mock.patch.object(moe_ops, "expected_experts", lambda *_a, **_k: np.asarray(touched)):
-        return float(cost.forward_time(b, n, CONTEXT))
+def routing_statistics(spec: ModelSpec, counts: dict[Shape, float]) -> tuple[float, float]:
+    """The routing statistics (skew, row exponent) of `spec`'s router from expert `counts` per
+    (B, n): the grid point (skew in 0..3 by 0.01, α in 0.01..1 by 0.01) whose
+    `expected_experts` meets the counts best in relative least squares."""
+    shapes = list(counts)
+    rows = np.array([b for b, _ in shapes], dtype=float)
+    tokens = np.array([b * n for b, n in shapes], dtype=float)
+    seen = np.array([counts[s] for s in shapes])
+    best = (np.inf, 0.0, 1.0)
+    for skew in np.round(np.arange(0.0, 3.0001, 0.01), 2):
+        for alpha in np.round(np.arange(0.01, 1.0001, 0.01), 2):
+            law = expected_experts(spec.n_experts, spec.experts_per_token, tokens, skew, rows,
+                                   alpha)
+            loss = float(np.sum((law / seen - 1) ** 2))
+            if loss < best[0]:
+                best = (loss, float(skew), float(alpha))
+    return best[1], best[2]
 
 
 def pricing_commit() -> str:
@@ -258,35 +273,36 @@ def main() -> None:
     timed = draws(dense.vocab_size, args.repeats, TIMED_SEED)
     calibration = draws(dense.vocab_size, args.calibration_draws, CALIBRATION_SEED)
     drift_before = machine_drift(profile, "tiny-code", runtime)
-    measured, touched = {}, {}
-    for spec in (moe, dense):
-        steps = Steps(spec, runtime, TIMED_SEED)
-        measured[spec.name] = measure(steps, timed, runtime)
-        if spec.moe:
-            touched = touched_experts(steps, timed, spec.d_model)
-        del steps
+    models = {spec.name: Steps(spec, runtime, TIMED_SEED) for spec in (moe, dense)}
+    measured = measure(models, timed, runtime)
+    touched = touched_experts(models[moe.name], timed, moe.d_model)
+    del models
     drift_after = machine_drift(profile, "tiny-code", runtime)
     calibrated = touched_experts(Steps(moe, runtime, CALIBRATION_SEED), calibration,
                                  moe.d_model)
+    skew, alpha = routing_statistics(moe, calibrated)
+    routed = dataclasses.replace(moe, routing_skew=skew, routing_row_exponent=alpha)
     host = host_ratios(runtime)
     table = Table(title=f"verify forward after {CONTEXT} tokens, eager float32, 1 thread: "
                         f"{moe.name} (16 experts × 344, top-2) and its dense twin {dense.name} "
                         f"(d_ff 688), measured against cpu-2core's CostModel")
     drift = float(np.sqrt(drift_before * drift_after))
-    for column in ("B", "n", "experts (calib.; law)", "MoE ms", "predicted", "error",
-                   "× drift", "calib. routing × drift", "dense ms", "predicted", "error",
-                   "× drift", "MoE / dense"):
+    for column in ("B", "n", "experts (measured; uniform)", "MoE ms", "predicted", "error",
+                   "× drift", "uniform × drift", "dense ms", "predicted", "error", "× drift",
+                   "MoE / dense", "predicted", "error"):
         table.add_column(column, justify="right")
     errors: dict[str, list[float]] = {moe.name: [], dense.name: []}
     drifted: dict[str, list[float]] = {moe.name: [], dense.name: []}
-    priced = {spec.name: CostModel(profile, spec, runtime="eager") for spec in (moe, dense)}
-    law_errors, calibrated_errors = [], []
+    priced = {spec.name: CostModel(profile, spec, runtime="eager") for spec in (routed, dense)}
+    uniform = CostModel(profile, moe, runtime="eager")
+    law_errors, uniform_errors, ratio_errors = [], [], []
     for b in BATCHES:
         for n in NS:
-            law = float(expected_experts(16, 2, b * n))
+            law = float(expected_experts(16, 2, b * n, skew, b, alpha))
+            flat = float(expected_experts(16, 2, b * n))
             law_errors.append(law / touched[b, n] - 1)
-            row = [str(b), str(n), f"{touched[b, n]:.1f} ({calibrated[b, n]:.1f}; {law:.1f})"]
-            for spec in (moe, dense):
+            row = [str(b), str(n), f"{touched[b, n]:.1f} ({law:.1f}; {flat:.1f})"]
+            for spec in (routed, dense):
                 real = measured[spec.name][b, n]
                 predicted = float(priced[spec.name].forward_time(b, n, CONTEXT))
                 errors[spec.name].append(predicted / real - 1)
@@ -294,10 +310,14 @@ def main() -> None:
                 row += [f"{real * 1e3:.2f}", f"{predicted * 1e3:.2f}",
                         f"{errors[spec.name][-1]:+.0%}", f"{drifted[spec.name][-1]:+.0%}"]
                 if spec.moe:
-                    routed = with_counts(priced[spec.name], b, n, calibrated[b, n])
-                    calibrated_errors.append(routed * drift / real - 1)
-                    row.append(f"{calibrated_errors[-1]:+.0%}")
-            row.append(f"{measured[moe.name][b, n] / measured[dense.name][b, n]:.2f}×")
+                    flat_s = float(uniform.forward_time(b, n, CONTEXT))
+                    uniform_errors.append(flat_s * drift / real - 1)
+                    row.append(f"{uniform_errors[-1]:+.0%}")
+            real_ratio = measured[moe.name][b, n] / measured[dense.name][b, n]
+            ratio = (float(priced[routed.name].forward_time(b, n, CONTEXT))
+                     / float(priced[dense.name].forward_time(b, n, CONTEXT)))
+            ratio_errors.append(ratio / real_ratio - 1)
+            row += [f"{real_ratio:.2f}×", f"{ratio:.2f}×", f"{ratio_errors[-1]:+.0%}"]
             table.add_row(*row)
     table.caption = "\n".join(
         f"{name}: median |error| {np.median(np.abs(e)):.0%}, worst {np.max(np.abs(e)):.0%}; "
@@ -305,20 +325,26 @@ def main() -> None:
         f"{np.max(np.abs(d)):.0%}" for (name, e), d in zip(errors.items(), drifted.values(),
                                                           strict=True))
     table.caption += (
-        f"\n{moe.name} priced with the calibration set's expert counts in place of the law "
-        f"(not the graded prediction) × drift: median {np.median(np.abs(calibrated_errors)):.0%}"
-        f", worst {np.max(np.abs(calibrated_errors)):.0%}\nthe law's expert count over the "
-        f"timed draws' count: median {np.median(law_errors):+.0%}, largest "
-        f"{law_errors[int(np.argmax(np.abs(law_errors)))]:+.0%}")
+        f"\n{moe.name}'s routing measured on the calibration set: skew {skew:.2f}, row "
+        f"exponent {alpha:.2f}; its law's expert count over the timed draws' count: median "
+        f"{np.median(np.abs(law_errors)):.0%}, largest "
+        f"{law_errors[int(np.argmax(np.abs(law_errors)))]:+.0%}\n"
+        f"{moe.name} under the uniform independent law × drift: median "
+        f"{np.median(np.abs(uniform_errors)):.0%}, worst {np.max(np.abs(uniform_errors)):.0%}"
+        f"\nMoE over its dense twin, timed in the same process (no machine drift): median "
+        f"|error| {np.median(np.abs(ratio_errors)):.0%}, worst "
+        f"{np.max(np.abs(ratio_errors)):.0%}")
     prov = provenance(runtime)
     header = (f"# benchmarks/moe_cpu.py on {prov['device']}, torch {prov['torch']}, "
               f"{prov['date']}; median of {args.repeats} repeats per cell, each on its own "
               f"seeded token draw (seed {TIMED_SEED}), interleaved over the cells; experts "
-              f"counted on those draws (calib.: {args.calibration_draws} draws of seed "
+              f"counted on those draws (calibration: {args.calibration_draws} draws of seed "
               f"{CALIBRATION_SEED}, untimed)\n"
               f"# machine drift (cpu-2core's tiny-code steps, now / then) {drift_before:.2f} "
               f"before, {drift_after:.2f} after; '× drift': the error of the prediction scaled "
               f"by their geometric mean (the columns to judge the pricing by)\n"
+              f"# routing statistics from the calibration counts (routing_statistics): skew "
+              f"{skew:.2f}, row exponent {alpha:.2f}\n"
               f"# host micro-benchmark (host_ratios) now: an expert {host[0]:.3f}, the router "
               f"{host[1]:.3f} dense layers' host time; the pricing's: {EXPERT_HOST_LAYERS}, "
               f"{ROUTER_HOST_LAYERS}\n"
