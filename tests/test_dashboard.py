@@ -16,7 +16,7 @@ from plotly.offline import get_plotlyjs
 from specscope.cli import main
 from specscope.dashboards import build_report, load_results
 from specscope.dashboards.acceptance import MAX_DEPTH, MAX_RANK
-from specscope.dashboards.fronts import sweep_fronts
+from specscope.dashboards.fronts import sweep_fronts, sweep_sizes
 from specscope.dashboards.hardware import analytic_table
 from specscope.dashboards.serving import serving_table
 from specscope.dashboards.trees import tree_layout
@@ -168,3 +168,19 @@ def test_bad_input_exits_2_with_one_line_naming_the_file_and_writes_nothing(
     assert exit_.value.code == 2
     assert err.count("\n") == 1 and "Traceback" not in err and named in err
     assert not out.exists() and not list(tmp_path.glob("*.html"))
+
+
+def test_a_sweeps_size_panel_holds_one_number_format(tmp_path: Path) -> None:
+    (tmp_path / "moe.toml").write_text(
+        'seed = 0\nmode = "analytic"\ncontext = 512\nmax_depth = 4\n[acceptance]\n'
+        '"qwen3-0.6b" = [0.6, 0.1]\n[[grid]]\nname = "moe"\nhardware = ["h200"]\n'
+        'target = ["qwen3-30b-a3b"]\ndrafter = ["qwen3-0.6b"]\nmethod = ["sequoia", "chain"]\n'
+        'budget = [2, 4]\nprecision = ["bf16", "fp8"]\nkv_bits = [16, 8]\n')
+    run_sweep(tmp_path / "moe.toml", output=tmp_path / "sweep.parquet")
+    sizes = sweep_sizes(load_results(tmp_path))
+    chosen = sizes.filter("chosen")
+    assert sizes.height == 2 * 2 and chosen.height == 1  # one format's methods × budgets
+    sweep = pl.read_parquet(tmp_path / "sweep.parquet")
+    best = sweep.sort("speedup", descending=True).row(0, named=True)
+    assert f"{best['precision']}" in chosen["panel"][0] or best["precision"] == "bf16"
+    assert ("kv 8-bit" in chosen["panel"][0]) == (best["kv_bits"] == 8)

@@ -11,7 +11,8 @@ import polars as pl
 from specscope.dashboards.load import Results, analytic_cells
 from specscope.dashboards.style import Section, colour, facets, finish, rows_of
 
-SLICE = ("target", "drafter", "runtime", "weight_bits", "tp", "batch", "context", "acceptance")
+SLICE = ("target", "drafter", "runtime", "weight_bits", "tp", "ep", "precision",
+         "expert_precision", "kv_bits", "batch", "context", "acceptance")
 """Sweep columns that, with the hardware, fix one setup whose methods a panel compares."""
 PARETO_GUIDE = (
     "Each line is one tree-construction method; each point is the best tree it finds with at "
@@ -96,10 +97,15 @@ def sweep_sizes(results: Results) -> pl.DataFrame:
 
 
 def _setup(cell: dict) -> str:
-    """A sweep cell's target, drafter and runtime, and its tp and weight bits where not 1, 16."""
+    """A sweep cell's target, drafter and runtime, and its tp, ep, weight bits and number
+    formats where not the defaults."""
     words = [str(cell[c]) for c in ("target", "drafter", "runtime") if cell.get(c)]
     words += [f"tp {cell['tp']}"] if cell.get("tp", 1) != 1 else []
+    words += [f"ep {cell['ep']}"] if (cell.get("ep") or 1) != 1 else []
     words += [f"{cell['weight_bits']}-bit"] if cell.get("weight_bits", 16) != 16 else []
+    words += [str(cell["precision"])] if cell.get("precision") not in (None, "bf16") else []
+    words += [f"{cell['expert_precision']} experts"] if cell.get("expert_precision") else []
+    words += [f"kv {cell['kv_bits']}-bit"] if (cell.get("kv_bits") or 16) != 16 else []
     return " · ".join(words)
 
 
