@@ -11,7 +11,9 @@ from specscope.json_out import strict_json
 from specscope.optimizers.run import ANY_SIZE, OptimizeResult
 
 if TYPE_CHECKING:
+    from specscope.interop.schedule_search import ScheduleResult
     from specscope.simulator.at_rate import RateChoice
+    from specscope.tree import Tree
 
 
 def optimize_table(result: OptimizeResult) -> Table:
@@ -224,3 +226,29 @@ def export_lines(doc: dict[str, Any]) -> list[str]:
     lines.append(f"command: {doc['command']}")
     lines += [f"note: {note}" for note in doc.get("notes", [])]
     return lines
+
+
+def schedule_table(result: ScheduleResult) -> Table:
+    """`optimize-tree --schedule`: one row per range of batch sizes, its choice, and what the
+    schedule, the best constant and plain decoding yield at the range's last batch size."""
+    table = Table(title=f"speculation schedule ({result.family} family); tok/s over the batch "
+                        "and TPOT at each range's last batch size", box=box.SIMPLE_HEAD)
+    for col in ("batch", "choice", "tok/s", "constant tok/s", "plain tok/s", "TPOT ms",
+                "plain TPOT ms"):
+        table.add_column(col, justify="left" if col in ("batch", "choice") else "right")
+    rows = {r.batch: r for r in result.rows}
+    for bucket in result.schedule.buckets:
+        r = rows[min(bucket.batch[1], max(rows))]
+        table.add_row(f"{bucket.batch[0]}–{bucket.batch[1]}", _choice(bucket.tree),
+                      f"{r.schedule_tps:,.0f}", f"{r.constant_tps:,.0f}", f"{r.plain_tps:,.0f}",
+                      f"{r.schedule_tpot * 1e3:.2f}", f"{r.plain_tpot * 1e3:.2f}")
+    table.caption = (f"best constant: {_choice(result.constant)} (the highest geometric-mean "
+                     "speedup over the batch sizes)")
+    return table
+
+
+def _choice(tree: Tree | None) -> str:
+    """A schedule's choice in words: off, a chain's length, a tree's size and depth."""
+    if tree is None:
+        return "off"
+    return f"chain of {tree.depth}" if tree.is_chain else f"tree n={tree.size} d={tree.depth}"

@@ -153,14 +153,18 @@ class Needs:
 
     def check(self, params: dict[str, Any], given: str, flags: dict[str, str]) -> None:
         """One `InputError` line when the option `given` was given without its partner
-        (`flags`: each parameter's option as typed, `--from` for `source_format`)."""
+        (`flags`: each parameter's option as typed, `--from` for `source_format`). With no
+        `values`, every one of `option` the command has is a partner flag, any of them set
+        enough (`--max-batch` with `--rate` or `--schedule`)."""
+        if not self.values:
+            names = [n for n in self.option if n in params]
+            if not any(params[n] for n in names):
+                partners = " or ".join(flags.get(n, f"--{n.replace('_', '-')}") for n in names)
+                raise InputError(f"{given} is used with {partners} only")
+            return
         name = next(n for n in self.option if n in params)
         chosen = params[name]
         flag = flags.get(name, f"--{name.replace('_', '-')}")
-        if not self.values:
-            if not chosen:
-                raise InputError(f"{given} is used with {flag} only")
-            return
         chosen = set() if chosen is None else {v.strip() for v in str(chosen).split(",")}
         if not chosen & set(self.values):
             raise InputError(f"{given} is used with {flag} {' or '.join(self.values)} only; "

@@ -52,7 +52,7 @@ from specscope.errors import InputError
 
 if TYPE_CHECKING:
     from specscope.hw_profiles.deployment import Deployment
-    from specscope.optimizers.run import Deployed
+    from specscope.optimizers.run import Deployed, OptimizeRequest
 
 def cost(
     hw: Hw,
@@ -194,7 +194,13 @@ def optimize_tree(
              "and SmartSpec."), Range(0, low_closed=False)] = None,
     requests: Annotated[int, typer.Option(min=1, help="--rate: arrivals each simulation "
                                                       "serves.")] = 200,
-    max_batch: Annotated[ServerMaxBatch, Needs(("rate",), ())] = None,
+    schedule: Annotated[bool, typer.Option(
+        "--schedule", help="Choose per running batch size 1..--max-batch (default: the "
+                           "--engine's or --to's scheduler limit, else 32) within the engine's "
+                           "family (--to vllm, tensorrt-llm: a chain length; sglang: its "
+                           "steps, top-k, tokens; none: any tree), merged into ranges, beside "
+                           "the best constant and plain decoding.")] = False,
+    max_batch: Annotated[ServerMaxBatch, Needs(("rate", "schedule"), ())] = None,
     prompt_len: Annotated[PromptLen, Needs(("rate",), ())] = None,
     output_len: Annotated[WorkloadOutputLen, Needs(("rate",), ())] = None,
     ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0)."), Range(0)] = 0.0,
@@ -273,6 +279,9 @@ def optimize_tree(
         system_options=options,
         deployed=None if system is None else _deployed(system, setup, options),
     )
+    if schedule:
+        _schedule(request, to, as_json, output)
+        return
     choice = None
     with _progress("optimizing") as bar:
         task = bar.add_task("optimizing" if rate is None else "simulating", total=None)
@@ -316,6 +325,49 @@ def optimize_tree(
     if exported is not None:
         for line in export_lines(exported):
             console.print(line, soft_wrap=True, highlight=False)
+
+
+def _schedule(request: OptimizeRequest, to: str | None, as_json: bool, output: Path | None
+              ) -> None:
+    """`optimize-tree --schedule`: the best choice per batch size, as ranges (module
+    `interop.schedule_search`)."""
+    from specscope.interop.engine import chains_only
+    from specscope.interop.schedule_search import family_for, search_schedule
+    from specscope.optimizers.run import run_optimize
+    from specscope.simulator.run import MAX_BATCH
+    from specscope.tables import schedule_table
+
+    if request.budgets is not None or request.budget is None:
+        raise InputError("--schedule chooses within one --budget; --budgets compares sizes")
+    dep = request.deployment
+    with _progress("optimizing") as bar:
+        bar.add_task("choosing per batch size", total=None)
+        result = run_optimize(request)
+        setup = result.setup
+        assert setup is not None
+        engine = to or dep.engine_name
+        most = (dep.max_batch or (None if engine is None else _scheduler_limit(dep.hw, engine))
+                or MAX_BATCH)
+        found = search_schedule(setup, request.budget, most, family_for(engine,
+                                                                        chains_only(setup)))
+    ranges = len(found.schedule.buckets)
+    summary = (f"schedule for {result.target} on {result.hardware}: {ranges} range"
+               f"{'s' if ranges > 1 else ''} over batch 1..{found.rows[-1].batch}")
+    document = {"hardware": result.hardware, "target": result.target,
+                "drafter": result.drafter, "source": result.source, "engine": engine,
+                "budget": request.budget, "context_len": result.context_len, **found.to_dict()}
+    if _emit(document, as_json, output, summary):
+        return
+    console.print(schedule_table(found))
+
+
+def _scheduler_limit(hw: str, engine: str) -> int | None:
+    """The sequences `engine`'s scheduler runs in one step while speculating by default (an
+    engine specscope prices; None for one it only exports to)."""
+    from specscope.hw_profiles.deployment import deployment
+    from specscope.hw_profiles.engine import ENGINE_NAMES
+
+    return deployment(hw, engine=engine).max_batch_for(True) if engine in ENGINE_NAMES else None
 
 
 def _deployed(system: str, setup: Deployment, options: dict) -> Deployed:

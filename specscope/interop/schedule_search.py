@@ -1,0 +1,185 @@
+"""`optimize-tree --schedule`: the best speculation choice for every running batch size, within
+the family an engine can run, merged into a `Schedule`, with what it gains over the best
+constant choice and over no speculation.
+
+For each batch size b in 1..max the step is priced at b (`Pricing` with `batch` b: the draft
+levels and the verification of b sequences' trees, the loop's host terms), and the family's best
+choice taken by predicted speedup over plain decoding at b:
+
+- `chain` (vLLM ≥ 0.21 and TensorRT-LLM take a draft length per batch size): K = 1..budget − 1;
+- `topk` (SGLang: steps, top-k, draft tokens; it takes no schedule, so its export is the best
+  constant): `families.best_topk`;
+- `any` (no engine): the DP's best tree of any size up to the budget (`compare.best_any_size`'s
+  rule: Sequoia's value table, sized for the step times at b).
+
+Where no choice beats plain decoding at b, the schedule turns speculation off there. The best
+constant is the one choice (no speculation among them) with the highest geometric mean of the
+speedup over batch sizes 1..max, each batch size weighted alike: the family's every chain, else
+the per-batch winners. Throughput at b is b sequences' expected tokens per step over the step
+time; TPOT is the step time over one sequence's expected tokens (plain decoding: its step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specscope.errors import InputError
+from specscope.interop.families import best_chain, best_topk, depth_limit
+from specscope.optimizers.compare import DP_REFERENCE, Setup, unavailable
+from specscope.optimizers.scoring import Score, score_tree
+from specscope.optimizers.select import choose_size
+from specscope.schedule import Schedule, merged
+from specscope.tree import Tree
+
+FAMILIES = ("chain", "topk", "any")
+ENGINE_FAMILY = {"vllm": "chain", "tensorrt-llm": "chain", "transformers": "chain",
+                 "sglang": "topk"}
+"""The family each export engine's schedule (or constant) is chosen in (module docstring)."""
+MAX_TOPK = 8
+"""Largest top-k searched for SGLang (its exporter's)."""
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """One batch size: the schedule's choice, the best constant's, and plain decoding, each as
+    throughput over the batch (tokens/s) and TPOT (s per token of one sequence)."""
+
+    batch: int
+    tree: Tree | None
+    schedule_tps: float
+    schedule_tpot: float
+    constant_tps: float
+    constant_tpot: float
+    plain_tps: float
+    plain_tpot: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON record, TPOT in ms."""
+        return {"batch": self.batch, "drafts": 0 if self.tree is None else self.tree.size - 1,
+                "depth": 0 if self.tree is None else self.tree.depth,
+                "schedule_tokens_per_s": self.schedule_tps,
+                "schedule_tpot_ms": self.schedule_tpot * 1e3,
+                "constant_tokens_per_s": self.constant_tps,
+                "constant_tpot_ms": self.constant_tpot * 1e3,
+                "plain_tokens_per_s": self.plain_tps, "plain_tpot_ms": self.plain_tpot * 1e3}
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """The schedule found, the best constant (None: no speculation), the family and one row
+    per batch size."""
+
+    family: str
+    schedule: Schedule
+    constant: Tree | None
+    rows: tuple[BatchRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document: `Schedule.to_dict`'s keys, the constant and the rows."""
+        return {**self.schedule.to_dict(), "family": self.family,
+                "constant": None if self.constant is None else self.constant.to_dict(),
+                "batches": [r.to_dict() for r in self.rows]}
+
+
+def family_for(engine: str | None, chains_only: bool) -> str:
+    """The family a schedule is chosen in for export `engine` (None: any tree; a priced engine
+    that verifies chains only: chains)."""
+    family = ENGINE_FAMILY.get(engine or "", "any")
+    return "chain" if chains_only and family == "any" else family
+
+
+def search_schedule(setup: Setup, budget: int, max_batch: int, family: str) -> ScheduleResult:
+    """The best choice of `family` at every batch size 1..`max_batch` on `setup` (its pricing's
+    batch replaced), merged into a schedule; the best constant beside it (module docstring).
+    A batch whose KV cache does not fit ends the search there, as a server's would."""
+    if family not in FAMILIES:
+        raise InputError(f"schedule family {family!r} is not one of {', '.join(FAMILIES)}")
+    if budget < 2:
+        raise InputError(f"--budget {budget}: a schedule chooses drafts; give at least 2")
+    at = _setups(setup, max_batch, budget)
+    winners = [_best(s, budget, family) for s in at]
+    choices = [(s.pricing.batch, None if w is None or w.speedup <= 1.0 else w.tree)
+               for s, w in zip(at, winners, strict=True)]
+    candidates = _constants(setup, budget, family, [t for _, t in choices])
+    constant = max(candidates, key=lambda t: _mean_log_speedup(at, t))
+    rows = tuple(_row(s, tree, constant) for s, (_, tree) in zip(at, choices, strict=True))
+    return ScheduleResult(family, Schedule(tuple(merged(choices))), constant, rows)
+
+
+def _setups(setup: Setup, max_batch: int, budget: int) -> list[Setup]:
+    """`setup` at each batch size 1..`max_batch` whose cache fits (at least batch 1); the
+    trace is left out (a schedule is chosen on the acceptance model, not replayed)."""
+    out = []
+    for b in range(1, max_batch + 1):
+        pricing = dataclasses.replace(setup.pricing, batch=b)
+        try:
+            pricing.check_fits(pricing.context_len + budget)
+        except InputError:
+            if b == 1:
+                raise
+            break
+        out.append(dataclasses.replace(setup, pricing=pricing, trace=None))
+    return out
+
+
+def _best(setup: Setup, budget: int, family: str) -> Score | None:
+    """The family's best scored choice at this setup's batch (None: no tree fits)."""
+    if family == "chain":
+        return best_chain(setup, budget) if depth_limit(budget, setup.max_depth) else None
+    if family == "topk":
+        return best_topk(setup, budget, min(MAX_TOPK, np.asarray(setup.p).shape[-1]))[1]
+    if unavailable(DP_REFERENCE, setup, budget) is not None:
+        return best_chain(setup, budget)
+    dp = setup.sequoia(budget, setup.max_depth)
+    steps = setup.pricing.step_table(budget, dp.table.shape[1] - 1, setup.source)
+    tree = dp.tree(*choose_size(dp.table, range(1, budget + 1), steps), source=setup.source)
+    return score_tree(DP_REFERENCE, tree, setup.value(tree), setup.pricing)
+
+
+def _constants(setup: Setup, budget: int, family: str, chosen: list[Tree | None]
+               ) -> list[Tree | None]:
+    """The constant choices compared: no speculation, then the family's every chain (chain), or
+    the per-batch winners, in first-seen order (equal trees once)."""
+    out: list[Tree | None] = [None]
+    if family == "chain":
+        out += [Tree.chain(k, setup.source)
+                for k in range(1, depth_limit(budget, setup.max_depth) + 1)]
+    seen: list[Tree] = [t for t in out if t is not None]
+    for tree in chosen:
+        if tree is not None and not any(_equal(tree, t) for t in seen):
+            seen.append(tree)
+            out.append(tree)
+    return out
+
+
+def _equal(a: Tree, b: Tree) -> bool:
+    return a.size == b.size and bool((a.parents == b.parents).all()) and bool(
+        (a.ranks == b.ranks).all()) and a.sources == b.sources
+
+
+def _speedup(setup: Setup, tree: Tree | None) -> float:
+    """Predicted speedup of `tree` (1: no speculation) at this setup's batch."""
+    if tree is None:
+        return 1.0
+    return score_tree("schedule", tree, setup.value(tree), setup.pricing).speedup
+
+
+def _mean_log_speedup(at: list[Setup], tree: Tree | None) -> float:
+    return float(np.mean([np.log(_speedup(s, tree)) for s in at]))
+
+
+def _row(setup: Setup, tree: Tree | None, constant: Tree | None) -> BatchRow:
+    """The batch's row: throughput and TPOT of the schedule's tree, the constant, plain."""
+    b, plain = setup.pricing.batch, setup.pricing.autoregressive_s
+
+    def rates(t: Tree | None) -> tuple[float, float]:
+        if t is None:
+            return b / plain, plain
+        s = score_tree("schedule", t, setup.value(t), setup.pricing)
+        return b * s.tokens_per_s, s.step_time_s / s.expected_tokens
+
+    return BatchRow(b, tree, *rates(tree), *rates(constant), b / plain, plain)
