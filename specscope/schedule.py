@@ -67,11 +67,20 @@ class Schedule:
                 if not (len(rng) == 2 and low <= rng[0] <= rng[1]):
                     raise InputError(f"schedule: {what} range {list(rng)} must be lo..hi with "
                                      f"{low} <= lo <= hi")
-        batches = sorted({b.batch for b in self.buckets})
-        if batches[0][0] != 1 or any(nxt[0] != cur[1] + 1
-                                     for cur, nxt in pairwise(batches)):
-            raise InputError("schedule: batch ranges must cover 1..max without gaps or overlap, "
-                             f"got {[list(r) for r in batches]}")
+        for context, group in self._groups().items():
+            batches = sorted(b.batch for b in group)
+            if batches[0][0] != 1 or any(nxt[0] != cur[1] + 1
+                                         for cur, nxt in pairwise(batches)):
+                where = "" if context is None else f" at contexts {list(context)}"
+                raise InputError(f"schedule: batch ranges{where} must cover 1..max without gaps "
+                                 f"or overlap, got {[list(r) for r in batches]}")
+
+    def _groups(self) -> dict[Range | None, list[Bucket]]:
+        """The buckets by context range (None: any context)."""
+        groups: dict[Range | None, list[Bucket]] = {}
+        for b in self.buckets:
+            groups.setdefault(b.context, []).append(b)
+        return groups
 
     @property
     def max_batch(self) -> int:
@@ -80,12 +89,16 @@ class Schedule:
 
     def choice(self, batch: int, context: int = 0) -> Tree | None:
         """The tree for a step of `batch` sequences at `context` tokens (None: no speculation);
-        a batch above the last range takes the last range's choice, as vLLM's last range
-        extends to its scheduler's limit."""
-        batch = min(max(batch, 1), self.max_batch)
-        for bucket in self.buckets:
-            if bucket.holds(batch, context):
-                return bucket.tree
+        a batch above its context's last range takes that range's choice, as vLLM's last
+        range extends to its scheduler's limit."""
+        batch = max(batch, 1)
+        for group in self._groups().values():
+            if not group[0].holds(group[0].batch[0], context):
+                continue
+            top = max(group, key=lambda b: b.batch[1])
+            for bucket in group:
+                if bucket.holds(min(batch, top.batch[1]), context):
+                    return bucket.tree
         raise InputError(f"schedule: no bucket holds batch {batch} at context {context}")
 
     @classmethod

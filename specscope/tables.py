@@ -233,13 +233,19 @@ def schedule_table(result: ScheduleResult) -> Table:
     schedule, the best constant and plain decoding yield at the range's last batch size."""
     table = Table(title=f"speculation schedule ({result.family} family); tok/s over the batch "
                         "and TPOT at each range's last batch size", box=box.SIMPLE_HEAD)
-    for col in ("batch", "choice", "tok/s", "constant tok/s", "plain tok/s", "TPOT ms",
-                "plain TPOT ms"):
-        table.add_column(col, justify="left" if col in ("batch", "choice") else "right")
-    rows = {r.batch: r for r in result.rows}
+    contexts = any(b.context is not None for b in result.schedule.buckets)
+    for col in (("context (priced at)",) if contexts else ()) + (
+            "batch", "choice", "tok/s", "const tok/s", "plain tok/s", "TPOT ms",
+            "plain TPOT ms"):
+        table.add_column(col, justify="right" if "tok" in col or "TPOT" in col else "left")
+    contexts = any(b.context is not None for b in result.schedule.buckets)
+    rows = {(r.context, r.batch): r for r in result.rows}
     for bucket in result.schedule.buckets:
-        r = rows[min(bucket.batch[1], max(rows))]
-        table.add_row(f"{bucket.batch[0]}–{bucket.batch[1]}", _choice(bucket.tree),
+        at = [r for (_, b), r in rows.items() if bucket.holds(b, r.context)
+              and b <= bucket.batch[1]]
+        r = max(at, key=lambda row: row.batch)
+        table.add_row(*([_contexts(bucket.context, r.context)] if contexts else []),
+                      f"{bucket.batch[0]}–{bucket.batch[1]}", _choice(bucket.tree),
                       f"{r.schedule_tps:,.0f}", f"{r.constant_tps:,.0f}", f"{r.plain_tps:,.0f}",
                       f"{r.schedule_tpot * 1e3:.2f}", f"{r.plain_tpot * 1e3:.2f}")
     table.caption = (f"best constant: {_choice(result.constant)} (the highest geometric-mean "
@@ -247,8 +253,17 @@ def schedule_table(result: ScheduleResult) -> Table:
     return table
 
 
+def _contexts(bounds: tuple[int, int] | None, priced: int) -> str:
+    """A bucket's context range (open-ended: no upper end) and the context it was priced
+    at."""
+    if bounds is None:
+        return f"any ({priced:,})"
+    top = "" if bounds[1] >= 2**31 - 1 else f"{bounds[1]:,}"
+    return f"{bounds[0]:,}–{top} ({priced:,})"
+
+
 def _choice(tree: Tree | None) -> str:
     """A schedule's choice in words: off, a chain's length, a tree's size and depth."""
     if tree is None:
         return "off"
-    return f"chain of {tree.depth}" if tree.is_chain else f"tree n={tree.size} d={tree.depth}"
+    return f"chain {tree.depth}" if tree.is_chain else f"tree n={tree.size} d={tree.depth}"

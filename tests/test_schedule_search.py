@@ -91,3 +91,16 @@ def test_the_command_writes_the_schedule(cli: Cli) -> None:
                 "0.55,0.1", "--budgets", "4,8", "--schedule"), "--schedule", "--budget")
     refused(cli("optimize-tree", "--hw", "h100", "--target", "llama-3.1-8b", "--acceptance",
                 "0.55,0.1", "--max-batch", "8"), "--max-batch", "--rate or --schedule")
+
+
+def test_context_buckets_each_cover_the_batch_sizes_that_fit(setup) -> None:
+    found = search_schedule(setup, 8, 64, "chain", contexts=[512, 8192, 65536])
+    contexts = sorted({b.context for b in found.schedule.buckets})
+    assert contexts == [(0, 2047), (2048, 23169), (23170, 2**31 - 1)]
+    by_context = {c: max(b.batch[1] for b in found.schedule.buckets if b.context == c)
+                  for c in contexts}
+    assert by_context[(0, 2047)] == 64 > by_context[(23170, 2**31 - 1)]  # long caches fill up
+    for row in found.rows:
+        assert found.schedule.choice(row.batch, row.context) is row.tree or (
+            row.tree is not None and found.schedule.choice(row.batch, row.context).size
+            == row.tree.size)

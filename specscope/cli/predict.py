@@ -200,6 +200,11 @@ def optimize_tree(
                            "family (--to vllm, tensorrt-llm: a chain length; sglang: its "
                            "steps, top-k, tokens; none: any tree), merged into ranges, beside "
                            "the best constant and plain decoding.")] = False,
+    schedule_contexts: Annotated[str | None, typer.Option(
+        "--schedule-contexts", help="--schedule: also by context length, at these "
+                                    "representative contexts (e.g. 512,8192,32768; buckets "
+                                    "split at their geometric midpoints)."),
+        Needs(("schedule",), ())] = None,
     max_batch: Annotated[ServerMaxBatch, Needs(("rate", "schedule"), ())] = None,
     prompt_len: Annotated[PromptLen, Needs(("rate",), ())] = None,
     output_len: Annotated[WorkloadOutputLen, Needs(("rate",), ())] = None,
@@ -280,7 +285,8 @@ def optimize_tree(
         deployed=None if system is None else _deployed(system, setup, options),
     )
     if schedule:
-        _schedule(request, to, as_json, output)
+        _schedule(request, to, as_json, output, None if schedule_contexts is None
+                  else _csv_ints(schedule_contexts, "--schedule-contexts"))
         return
     choice = None
     with _progress("optimizing") as bar:
@@ -327,8 +333,8 @@ def optimize_tree(
             console.print(line, soft_wrap=True, highlight=False)
 
 
-def _schedule(request: OptimizeRequest, to: str | None, as_json: bool, output: Path | None
-              ) -> None:
+def _schedule(request: OptimizeRequest, to: str | None, as_json: bool, output: Path | None,
+              contexts: list[int] | None) -> None:
     """`optimize-tree --schedule`: the best choice per batch size, as ranges (module
     `interop.schedule_search`)."""
     from specscope.interop.engine import chains_only
@@ -348,8 +354,8 @@ def _schedule(request: OptimizeRequest, to: str | None, as_json: bool, output: P
         engine = to or dep.engine_name
         most = (dep.max_batch or (None if engine is None else _scheduler_limit(dep.hw, engine))
                 or MAX_BATCH)
-        found = search_schedule(setup, request.budget, most, family_for(engine,
-                                                                        chains_only(setup)))
+        found = search_schedule(setup, request.budget, most,
+                                family_for(engine, chains_only(setup)), contexts)
     ranges = len(found.schedule.buckets)
     summary = (f"schedule for {result.target} on {result.hardware}: {ranges} range"
                f"{'s' if ranges > 1 else ''} over batch 1..{found.rows[-1].batch}")

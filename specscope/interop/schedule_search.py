@@ -12,6 +12,10 @@ choice taken by predicted speedup over plain decoding at b:
 - `any` (no engine): the DP's best tree of any size up to the budget (`compare.best_any_size`'s
   rule: Sequoia's value table, sized for the step times at b).
 
+With context buckets (`contexts`: representative context lengths C₁ < C₂ < …) the search runs
+at each C_i, and bucket i holds the contexts from the geometric midpoint of C_{i−1} and C_i up
+to the next (the first from 0, the last without end).
+
 Where no choice beats plain decoding at b, the schedule turns speculation off there. The best
 constant is the one choice (no speculation among them) with the highest geometric mean of the
 speedup over batch sizes 1..max, each batch size weighted alike: the family's every chain, else
@@ -22,7 +26,9 @@ time; TPOT is the step time over one sequence's expected tokens (plain decoding:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -32,10 +38,12 @@ from specscope.interop.families import best_chain, best_topk, depth_limit
 from specscope.optimizers.compare import DP_REFERENCE, Setup, unavailable
 from specscope.optimizers.scoring import Score, score_tree
 from specscope.optimizers.select import choose_size
-from specscope.schedule import Schedule, merged
+from specscope.schedule import Range, Schedule, merged
 from specscope.tree import Tree
 
 FAMILIES = ("chain", "topk", "any")
+OPEN_CONTEXT = 2**31 - 1
+"""The last context bucket's upper end: every longer context."""
 ENGINE_FAMILY = {"vllm": "chain", "tensorrt-llm": "chain", "transformers": "chain",
                  "sglang": "topk"}
 """The family each export engine's schedule (or constant) is chosen in (module docstring)."""
@@ -49,6 +57,7 @@ class BatchRow:
     throughput over the batch (tokens/s) and TPOT (s per token of one sequence)."""
 
     batch: int
+    context: int
     tree: Tree | None
     schedule_tps: float
     schedule_tpot: float
@@ -59,7 +68,8 @@ class BatchRow:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON record, TPOT in ms."""
-        return {"batch": self.batch, "drafts": 0 if self.tree is None else self.tree.size - 1,
+        return {"batch": self.batch, "context": self.context,
+                "drafts": 0 if self.tree is None else self.tree.size - 1,
                 "depth": 0 if self.tree is None else self.tree.depth,
                 "schedule_tokens_per_s": self.schedule_tps,
                 "schedule_tpot_ms": self.schedule_tpot * 1e3,
@@ -92,22 +102,53 @@ def family_for(engine: str | None, chains_only: bool) -> str:
     return "chain" if chains_only and family == "any" else family
 
 
-def search_schedule(setup: Setup, budget: int, max_batch: int, family: str) -> ScheduleResult:
+def search_schedule(setup: Setup, budget: int, max_batch: int, family: str,
+                    contexts: Sequence[int] | None = None) -> ScheduleResult:
     """The best choice of `family` at every batch size 1..`max_batch` on `setup` (its pricing's
-    batch replaced), merged into a schedule; the best constant beside it (module docstring).
-    A batch whose KV cache does not fit ends the search there, as a server's would."""
+    batch, and with `contexts` its context, replaced), merged into a schedule; the best
+    constant beside it (module docstring). A batch whose KV cache does not fit ends the search
+    there, as a server's would."""
     if family not in FAMILIES:
         raise InputError(f"schedule family {family!r} is not one of {', '.join(FAMILIES)}")
     if budget < 2:
         raise InputError(f"--budget {budget}: a schedule chooses drafts; give at least 2")
-    at = _setups(setup, max_batch, budget)
-    winners = [_best(s, budget, family) for s in at]
-    choices = [(s.pricing.batch, None if w is None or w.speedup <= 1.0 else w.tree)
-               for s, w in zip(at, winners, strict=True)]
-    candidates = _constants(setup, budget, family, [t for _, t in choices])
+    points = sorted(set(contexts)) if contexts else [setup.pricing.context_len]
+    if points[0] < 0:
+        raise InputError(f"--schedule-contexts: context lengths are >= 0, got {points[0]}")
+    buckets, at, choices = [], [], []
+    for i, ranges in enumerate(_context_ranges(points) if contexts else [None]):
+        here = _setups(_at_context(setup, points[i]), max_batch, budget)
+        picked = [(s.pricing.batch, _choose(s, budget, family)) for s in here]
+        buckets += merged(picked, ranges)
+        at += here
+        choices += [t for _, t in picked]
+    candidates = _constants(setup, budget, family, choices)
     constant = max(candidates, key=lambda t: _mean_log_speedup(at, t))
-    rows = tuple(_row(s, tree, constant) for s, (_, tree) in zip(at, choices, strict=True))
-    return ScheduleResult(family, Schedule(tuple(merged(choices))), constant, rows)
+    rows = tuple(_row(s, tree, constant) for s, tree in zip(at, choices, strict=True))
+    return ScheduleResult(family, Schedule(tuple(buckets)), constant, rows)
+
+
+def _choose(setup: Setup, budget: int, family: str) -> Tree | None:
+    """The family's best tree at this setup's batch and context, None where it does not beat
+    plain decoding."""
+    won = _best(setup, budget, family)
+    return None if won is None or won.speedup <= 1.0 else won.tree
+
+
+def _context_ranges(points: list[int]) -> list[Range]:
+    """Inclusive context ranges around sorted representative contexts: boundaries at their
+    geometric midpoints, the first from 0, the last up to `OPEN_CONTEXT`."""
+    cuts = [int(np.sqrt(max(a, 1) * b)) for a, b in pairwise(points)]
+    starts, ends = [0, *cuts], [c - 1 for c in cuts] + [OPEN_CONTEXT]
+    return list(zip(starts, ends, strict=True))
+
+
+def _at_context(setup: Setup, context: int) -> Setup:
+    """`setup` priced at `context` tokens of cache."""
+    if context == setup.pricing.context_len:
+        return setup
+    return dataclasses.replace(setup, pricing=dataclasses.replace(setup.pricing,
+                                                                   context_len=context))
 
 
 def _setups(setup: Setup, max_batch: int, budget: int) -> list[Setup]:
@@ -182,4 +223,5 @@ def _row(setup: Setup, tree: Tree | None, constant: Tree | None) -> BatchRow:
         s = score_tree("schedule", t, setup.value(t), setup.pricing)
         return b * s.tokens_per_s, s.step_time_s / s.expected_tokens
 
-    return BatchRow(b, tree, *rates(tree), *rates(constant), b / plain, plain)
+    return BatchRow(b, setup.pricing.context_len, tree, *rates(tree), *rates(constant),
+                    b / plain, plain)
