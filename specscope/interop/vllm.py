@@ -37,6 +37,7 @@ from specscope.interop.engine import (
     is_count,
     method_for,
     orphan,
+    shown,
 )
 from specscope.interop.families import best_chain, best_levels
 from specscope.json_out import strict_json
@@ -52,6 +53,22 @@ SERVING = Serving(NEEDS_MODEL, {"eagle": "EAGLE", "eagle3": "EAGLE-3"}, ("mtp",)
 NGRAM_MATCH = (2, 5)
 """prompt_lookup_min and prompt_lookup_max exported (vLLM's default for both is 5; a 2-gram
 match is what specscope's n-gram drafter looks up)."""
+CURRENT_RELEASE = (0, 33, 0)
+"""The newest release read: chains only, and a per-batch schedule (`interop.schedules`)."""
+LAST_TREE_RELEASE = (0, 20, 2)
+"""The last release taking `speculative_token_tree` (module docstring)."""
+FIRST_SCHEDULE_RELEASE = (0, 24, 0)
+"""The first release taking `num_speculative_tokens_per_batch_size` (`interop.schedules`)."""
+
+
+def release(version: str | None) -> tuple[int, ...]:
+    """A vLLM release ("0.20.2") as a comparable tuple; None: `CURRENT_RELEASE`."""
+    if version is None:
+        return CURRENT_RELEASE
+    parts = version.split(".") if isinstance(version, str) else []
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        raise InputError(f"vllm release {shown(version)}: give it as X.Y.Z, such as 0.20.2")
+    return (*map(int, parts), 0)[:3]
 
 
 def export(plan: Plan) -> Export:
