@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 from specscope.errors import InputError
+from specscope.files import read_json
 from specscope.tree import Tree
 
 Range = tuple[int, int]
@@ -130,6 +132,29 @@ class Schedule:
             return cls(tuple(buckets))
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ScheduleFile:
+    """A schedule read from a JSON file, with what `optimize-tree --schedule` recorded about
+    it (None for a bare schedule): the target and drafter source it was chosen for."""
+
+    schedule: Schedule
+    target: str | None = None
+    source: str | None = None
+
+
+def read_schedule_file(path: str | Path) -> ScheduleFile:
+    """A schedule from a JSON file: a bare one (`Schedule.to_dict`) or `optimize-tree
+    --schedule -o` output; every mistake is an `InputError` naming the file."""
+    data = read_json(Path(path), "schedule file")
+    if not isinstance(data, Mapping):
+        raise InputError(f"{path}: a schedule file is a JSON object with a schedule")
+    names = {k: data.get(k) for k in ("target", "source")}
+    for key, value in names.items():
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{path}: {key} must be a string, got {value!r}")
+    return ScheduleFile(Schedule.from_dict(data, str(path)), names["target"], names["source"])
 
 
 def _range(value: object, where: str) -> Range:

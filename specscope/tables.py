@@ -248,8 +248,8 @@ def schedule_table(result: ScheduleResult) -> Table:
                       f"{bucket.batch[0]}–{bucket.batch[1]}", _choice(bucket.tree),
                       f"{r.schedule_tps:,.0f}", f"{r.constant_tps:,.0f}", f"{r.plain_tps:,.0f}",
                       f"{r.schedule_tpot * 1e3:.2f}", f"{r.plain_tpot * 1e3:.2f}")
-    table.caption = (f"best constant: {_choice(result.constant)} (the highest geometric-mean "
-                     "speedup over the batch sizes)")
+    table.caption = (f"best constant: {_choice(result.constant)} (the speculating choice with "
+                     "the highest geometric-mean speedup over the batch sizes)")
     return table
 
 

@@ -16,6 +16,7 @@ from specscope.hw_profiles import CostModel, load_profile
 from specscope.hw_profiles.deployment import deployment
 from specscope.hw_profiles.pricing import Pricing
 from specscope.models import ModelSpec, get_model, param_count
+from specscope.schedule import Bucket, Schedule
 from specscope.simulator.analytic import chain_tokens, tpot_s
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.run import SimulateRequest, SimulationResult, run_simulation
@@ -223,9 +224,12 @@ def test_every_registered_policy_runs_through_the_server(tmp_path: Path, policy:
     trace = synth_trace(6, seed=2, sources=("draft:llama-68m",), length=48)
     path = tmp_path / "tree.json"
     path.write_text(Tree.chain(3, "draft:llama-68m").to_json())
+    table = Schedule((Bucket((1, 2), None, Tree.chain(3, "draft:llama-68m")),
+                      Bucket((3, 4), None, None))) if policy == "schedule" else None
     result = run_simulation(SimulateRequest(
         deployment=deployment("h100", target="llama-2-7b", max_batch=4),
-        trace=trace, policy=policy, tree=path, budget=8, rate=50.0, requests=12, seed=0))
+        trace=trace, policy=policy, tree=path, schedule=table, budget=8, rate=50.0,
+        requests=12, seed=0))
     _check_consistent(result)
     assert (result.requests["tokens"] == result.requests["output_len"]).all()
     assert result.summary["acceptance"] == ("none" if policy == "none" else "replay")

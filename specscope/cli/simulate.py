@@ -78,6 +78,9 @@ def simulate(
     tree: Annotated[Path | None, typer.Option(help="A tree JSON, or optimize-tree --json / "
                                                    "-o output (its best result).")] = None,
     algo: Annotated[str | None, typer.Option(help="Method of the --tree file to use.")] = None,
+    schedule: Annotated[Path | None, typer.Option(
+        "--schedule", help="--policy schedule's table: optimize-tree --schedule -o output (a "
+                           "tree, or none, per running batch size and context).")] = None,
     budget: Budget = None,
     max_depth: PolicyDepth = 12,
     runtime: PricedRuntime = None,
@@ -157,7 +160,7 @@ def simulate(
     request = SimulateRequest(
         deployment=setup,
         trace=None if trace is None else read_trace(trace), source=source, policy=policy,
-        tree=tree, algo=algo,
+        tree=tree, algo=algo, schedule=schedule,
         budget=DEFAULT_BUDGET if budget is None else budget, max_depth=max_depth,
         acceptance=None if vector is None else tuple(vector),
         rate=rate,

@@ -17,9 +17,9 @@ at each C_i, and bucket i holds the contexts from the geometric midpoint of C_{i
 to the next (the first from 0, the last without end).
 
 Where no choice beats plain decoding at b, the schedule turns speculation off there. The best
-constant is the one choice (no speculation among them) with the highest geometric mean of the
-speedup over batch sizes 1..max, each batch size weighted alike: the family's every chain, else
-the per-batch winners. Throughput at b is b sequences' expected tokens per step over the step
+constant is the one speculating choice with the highest geometric mean of the speedup over batch
+sizes 1..max, each batch size weighted alike: the family's every chain, else the per-batch
+winners (plain decoding is reported beside both, not among the constants). Throughput at b is b sequences' expected tokens per step over the step
 time; TPOT is the step time over one sequence's expected tokens (plain decoding: its step).
 """
 
@@ -183,18 +183,17 @@ def _best(setup: Setup, budget: int, family: str) -> Score | None:
 
 def _constants(setup: Setup, budget: int, family: str, chosen: list[Tree | None]
                ) -> list[Tree | None]:
-    """The constant choices compared: no speculation, then the family's every chain (chain), or
-    the per-batch winners, in first-seen order (equal trees once)."""
-    out: list[Tree | None] = [None]
+    """The constant speculation choices compared: the family's every chain (chain), else the
+    per-batch winners, in first-seen order (equal trees once); no speculation only where no
+    batch size speculates."""
+    out: list[Tree | None] = []
     if family == "chain":
         out += [Tree.chain(k, setup.source)
                 for k in range(1, depth_limit(budget, setup.max_depth) + 1)]
-    seen: list[Tree] = [t for t in out if t is not None]
     for tree in chosen:
-        if tree is not None and not any(_equal(tree, t) for t in seen):
-            seen.append(tree)
+        if tree is not None and not any(t is not None and _equal(tree, t) for t in out):
             out.append(tree)
-    return out
+    return out or [None]
 
 
 def _equal(a: Tree, b: Tree) -> bool:

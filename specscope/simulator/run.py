@@ -31,9 +31,11 @@ from specscope.limits import check_memory
 from specscope.models import ModelSpec, get_model, list_models
 from specscope.models.catalogue import drafter_spec
 from specscope.names import MODEL_FREE_SOURCES
+from specscope.schedule import Schedule
 from specscope.simulator.acceptance import Acceptance
 from specscope.simulator.entities import Group, KVCost, KVSpace, Request
 from specscope.simulator.events import EVENT_BYTES, EventLog
+from specscope.simulator.given import given_schedule, given_tree
 from specscope.simulator.metrics import request_table, summarise, time_series
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.policies.base import PolicySetup
@@ -43,8 +45,8 @@ from specscope.simulator.server import Replica, serve
 from specscope.simulator.workload import LengthDist, WorkloadSpec, build_groups
 from specscope.systems.base import SystemCosts
 from specscope.systems.registry import deploy
-from specscope.trace import AcceptanceModel, Trace, draft_model, drafting
-from specscope.tree import DEFAULT_SOURCE, Tree, TreeFile, read_tree_file
+from specscope.trace import AcceptanceModel, Trace, drafting
+from specscope.tree import DEFAULT_SOURCE, Tree
 
 PLACEMENTS = ("colocated", "separate")
 MAX_BATCH = 32
@@ -71,6 +73,9 @@ class SimulateRequest:
     policy: str = "none"
     tree: Path | Tree | None = None
     """The static policy's tree: a tree or optimize-tree JSON file, or a `Tree`."""
+    schedule: Path | Schedule | None = None
+    """The schedule policy's table: an `optimize-tree --schedule` JSON file, or a
+    `Schedule`."""
     algo: str | None = None
     budget: int = 16
     max_depth: int = 12
@@ -145,17 +150,23 @@ def run_simulation(req: SimulateRequest,
     price = deployed_pricing(dep, target, drafter.cost, 1)
     target, drafter, engine = price.target, _Drafter(drafter.source, price.drafter), price.engine
     model = _acceptance_model(req, drafter.source)
-    tree = _tree(req, spec.name, drafter.source)
+    tree = given_tree(req.tree, req.algo, spec.name, drafter.source, req.trace is not None,
+                      req.token_budget)
+    schedule = given_schedule(req.schedule, spec.name, drafter.source, req.trace is not None,
+                              req.token_budget)
     acceptance = Acceptance(model, req.trace, req.seed, drift)
-    if tree is not None and req.trace is not None:
-        acceptance.check(tree)
+    for checked in [tree, *(() if schedule is None else (b.tree for b in schedule.buckets))]:
+        if checked is not None and req.trace is not None:
+            acceptance.check(checked)
     link = Link(req.link_gbps, req.link_us) if req.draft_placement == "separate" else None
     temperature = 0.0 if req.trace is None else req.trace.temperature
     pricer = BatchPricer(target, drafter.cost, drafter.source, link, temperature, engine,
                          dep.draft_window)
     colocated = [target] + ([drafter.cost] if drafter.cost is not None and link is None else [])
     capacity = kv_capacity(colocated, dep.stages if dep.stages > 1 else None)
-    max_tree = 1 if req.policy == "none" else max(req.budget, tree.size if tree else 1)
+    largest = max([tree.size if tree else 1] + ([] if schedule is None else [
+        b.tree.size for b in schedule.buckets if b.tree is not None]))
+    max_tree = 1 if req.policy == "none" else max(req.budget, largest)
     limits = Limits(dep.max_batch, req.token_budget, req.chunked_prefill, max_tree)
     limits.check()
     workload = _workload(req, deployed.prompt_tokens if deployed else 0)
@@ -167,7 +178,7 @@ def run_simulation(req: SimulateRequest,
 
     env, log = simpy.Environment(), EventLog()
     setup = PolicySetup(model, drafter.source, req.trace, tree, req.budget, req.max_depth,
-                        req.seed, dict(req.options))
+                        req.seed, dict(req.options), schedule)
     done = 0
 
     def finished(_: object) -> None:
@@ -202,7 +213,8 @@ def run_simulation(req: SimulateRequest,
     }
     if req.policy != "none" and req.against_plain:
         plain = run_simulation(dataclasses.replace(asked, policy="none", tree=None, algo=None,
-                                                   drift=(), against_plain=False))
+                                                   schedule=None, drift=(),
+                                                   against_plain=False))
         summary["plain"] = plain_comparison(summary, plain.summary)
     return SimulationResult(summary, requests, events, series)
 
@@ -276,6 +288,9 @@ def _check(req: SimulateRequest) -> None:
         raise InputError(f"--drift multipliers must be > 0, got {list(req.drift)}")
     if req.drift and req.policy == "none":
         raise InputError("--drift changes acceptance, which --policy none never uses")
+    if (req.schedule is not None) != (req.policy == "schedule"):
+        raise InputError("--policy schedule reads its table from --schedule FILE (optimize-tree "
+                         "--schedule -o); give both or neither")
 
 
 def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) -> _Drafter:
@@ -326,35 +341,6 @@ def _acceptance_model(req: SimulateRequest, source: str) -> AcceptanceModel:
             raise InputError(f"--policy {req.policy} needs --trace or --acceptance")
         return AcceptanceModel.from_vector([0.0], source)
     return AcceptanceModel.from_vector(list(req.acceptance), source)
-
-
-def _tree(req: SimulateRequest, target: str, source: str) -> Tree | None:
-    """The `--tree` file's tree (or the `Tree` given), checked against the simulated target
-    and drafter source; a tree of the unnamed draft source ("draft", from `optimize-tree
-    --acceptance`) is taken as the simulated draft model's."""
-    if req.tree is None:
-        if req.algo is not None:
-            raise InputError("--algo picks a method of a --tree file; give --tree")
-        return None
-    found = (TreeFile(req.tree) if isinstance(req.tree, Tree)
-             else read_tree_file(req.tree, req.algo))
-    if found.target is not None and found.target != target:
-        raise InputError(f"--tree {req.tree}: optimised for target {found.target}, "
-                         f"simulating {target}")
-    tree = found.tree
-    generic = draft_model(source) is not None and set(tree.sources[1:]) <= {DEFAULT_SOURCE}
-    if generic:
-        tree = Tree(tree.parents, tree.ranks, (tree.sources[0],) + (source,) * (tree.size - 1))
-    elif found.source is not None and found.source != source:
-        raise InputError(f"--tree {req.tree}: drafted by source {found.source}, simulating "
-                         f"drafter source {source}")
-    if req.trace is None and set(tree.sources[1:]) - {source}:
-        raise InputError(f"--tree {req.tree}: holds nodes of sources "
-                         f"{sorted(set(tree.sources[1:]) - {source})}, simulating {source}")
-    if tree.size > req.token_budget:
-        raise InputError(f"--tree {req.tree}: {tree.size} tokens exceed --token-budget "
-                         f"{req.token_budget}")
-    return tree
 
 
 def _workload(req: SimulateRequest, prompt_extra: int = 0) -> WorkloadSpec:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from specscope.simulator.policies.base import Policy, PolicySetup
 from specscope.simulator.policies.dyspec import DySpec
 from specscope.simulator.policies.ets_batch import ETSBatch
+from specscope.simulator.policies.schedule import ScheduledTree
 from specscope.simulator.policies.smartspec import SmartSpec
 from specscope.simulator.policies.specdecpp import SpecDecPP
 from specscope.simulator.policies.static import NoSpeculation, StaticTree
@@ -18,6 +19,7 @@ from specscope.simulator.policies.static import NoSpeculation, StaticTree
 POLICIES: dict[str, Callable[[PolicySetup], Policy]] = {
     NoSpeculation.name: NoSpeculation,
     StaticTree.name: StaticTree,
+    ScheduledTree.name: ScheduledTree,
     DySpec.name: DySpec,
     SpecDecPP.name: SpecDecPP,
     SmartSpec.name: SmartSpec,

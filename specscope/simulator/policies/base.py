@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
+from specscope.schedule import Schedule
 from specscope.trace import AcceptanceModel, Trace
 from specscope.tree import Tree
 
@@ -100,6 +101,8 @@ class PolicySetup:
     seed: int
     options: Mapping[str, float] = field(default_factory=dict)
     """Policy-specific knobs by name (e.g. smartspec `margin`, ets-batch `every`)."""
+    schedule: Schedule | None = None
+    """`--schedule`: the schedule policy's table of trees per batch size and context."""
 
 
 class Policy(ABC):

@@ -1,0 +1,40 @@
+"""`schedule`: each step verifies the tree a schedule holds for the running batch size, as
+vLLM's `num_speculative_tokens_per_batch_size` and TensorRT-LLM's `draft_len_schedule` pick a
+draft length per step (`optimize-tree --schedule` writes one).
+
+The batch is the step's running requests; a schedule with context ranges looks each request up
+at its own context (vLLM's proposed context axis, RFC #48627, states no per-request rule: an
+approximation). A bucket without a tree decodes plainly. Nothing is learnt from outcomes.
+"""
+
+from __future__ import annotations
+
+from specscope.errors import InputError
+from specscope.simulator.policies.base import Policy, PolicySetup, Speculation, StepView
+from specscope.tree import Tree
+
+
+class ScheduledTree(Policy):
+    """The schedule's tree for the running batch size (and each request's context)."""
+
+    name = "schedule"
+
+    def __init__(self, setup: PolicySetup) -> None:
+        if setup.schedule is None:
+            raise InputError("--policy schedule needs --schedule FILE (optimize-tree --schedule "
+                             "-o)")
+        self._schedule = setup.schedule
+        self._by_tree: dict[int, Speculation] = {}
+
+    def plan(self, view: StepView) -> list[Speculation]:
+        """Each slot's tree at the batch's size and the slot's context."""
+        batch = len(view.slots)
+        return [self._speculation(self._schedule.choice(batch, slot.context_len))
+                for slot in view.slots]
+
+    def _speculation(self, tree: Tree | None) -> Speculation:
+        """One `Speculation` per distinct tree (None: the root alone)."""
+        key = id(tree)
+        if key not in self._by_tree:
+            self._by_tree[key] = Speculation.none() if tree is None else Speculation.of(tree)
+        return self._by_tree[key]
