@@ -19,8 +19,9 @@ to the next (the first from 0, the last without end).
 Where no choice beats plain decoding at b, the schedule turns speculation off there. The best
 constant is the one speculating choice with the highest geometric mean of the speedup over batch
 sizes 1..max, each batch size weighted alike: the family's every chain, else the per-batch
-winners (plain decoding is reported beside both, not among the constants). Throughput at b is b sequences' expected tokens per step over the step
-time; TPOT is the step time over one sequence's expected tokens (plain decoding: its step).
+winners (plain decoding is reported beside both, not among the constants). Throughput at b is
+b sequences' expected tokens per step over the step time; TPOT is the step time over one
+sequence's expected tokens (plain decoding: its step).
 """
 
 from __future__ import annotations
