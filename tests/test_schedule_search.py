@@ -103,3 +103,27 @@ def test_context_buckets_each_cover_the_batch_sizes_that_fit(setup) -> None:
         assert found.schedule.choice(row.batch, row.context) is row.tree or (
             row.tree is not None and found.schedule.choice(row.batch, row.context).size
             == row.tree.size)
+
+
+def test_the_vllm_export_reads_back_as_the_schedule(cli: Cli) -> None:
+    from specscope.interop.schedules import parse_schedule
+    from specscope.schedule import Schedule
+
+    args = ("optimize-tree", "--hw", "h100", "--target", "llama-3.1-70b", "--tp", "4",
+            "--drafter", "llama-3.2-1b", "--acceptance", "0.6,0.1", "--budget", "8",
+            "--engine", "vllm", "--schedule", "--to", "vllm", "--json")
+    code, out, err = cli(*args)
+    assert code == 0, err
+    doc = json.loads(out)
+    ranges = doc["export"]["config"]["num_speculative_tokens_per_batch_size"]
+    ours = Schedule.from_dict(doc)
+    assert [[b.batch[0], b.batch[1], b.drafts] for b in ours.buckets] == ranges
+    parsed = parse_schedule("vllm", doc["export"]["config"], "draft")
+    assert [(b.batch, b.drafts) for b in parsed.buckets] == [(b.batch, b.drafts)
+                                                               for b in ours.buckets]
+    assert "num_speculative_tokens_per_batch_size" in doc["export"]["command"]
+    code, out, err = cli(*args, "--engine-version", "0.20.2")
+    assert code == 0, err
+    old = json.loads(out)["export"]
+    assert "num_speculative_tokens_per_batch_size" not in old["config"]
+    assert any("best constant" in n for n in old["notes"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -236,6 +237,11 @@ def optimize_tree(
                      "document, which `specscope export` reads)."),
         Choices("specscope.names:EXPORT_ENGINES")] = None,
     export_method: Annotated[ExportMethod, Needs(("to",), ())] = None,
+    engine_version: Annotated[str | None, typer.Option(
+        "--engine-version", help="--to vllm --schedule: the vLLM release to target (default: "
+                                 "the current; a release before 0.24.0 takes no schedule, so "
+                                 "the best constant is written)."),
+        Needs(("to",), ())] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here."),
                       Output(inputs=("trace",))] = None,
@@ -285,7 +291,8 @@ def optimize_tree(
         deployed=None if system is None else _deployed(system, setup, options),
     )
     if schedule:
-        _schedule(request, to, as_json, output, None if schedule_contexts is None
+        _schedule(request, (to, export_method, engine_version), as_json, output,
+                  None if schedule_contexts is None
                   else _csv_ints(schedule_contexts, "--schedule-contexts"))
         return
     choice = None
@@ -333,10 +340,12 @@ def optimize_tree(
             console.print(line, soft_wrap=True, highlight=False)
 
 
-def _schedule(request: OptimizeRequest, to: str | None, as_json: bool, output: Path | None,
-              contexts: list[int] | None) -> None:
+def _schedule(request: OptimizeRequest, export: tuple[str | None, str | None, str | None],
+              as_json: bool, output: Path | None, contexts: list[int] | None) -> None:
     """`optimize-tree --schedule`: the best choice per batch size, as ranges (module
-    `interop.schedule_search`)."""
+    `interop.schedule_search`), and with `export` (--to, --export-method, --engine-version)
+    the engine's configuration of it."""
+    from specscope.interop.document import schedule_export
     from specscope.interop.engine import chains_only
     from specscope.interop.schedule_search import family_for, search_schedule
     from specscope.optimizers.run import run_optimize
@@ -351,6 +360,7 @@ def _schedule(request: OptimizeRequest, to: str | None, as_json: bool, output: P
         result = run_optimize(request)
         setup = result.setup
         assert setup is not None
+        to = export[0]
         engine = to or dep.engine_name
         most = (dep.max_batch or (None if engine is None else _scheduler_limit(dep.hw, engine))
                 or MAX_BATCH)
@@ -362,9 +372,19 @@ def _schedule(request: OptimizeRequest, to: str | None, as_json: bool, output: P
     document = {"hardware": result.hardware, "target": result.target,
                 "drafter": result.drafter, "source": result.source, "engine": engine,
                 "budget": request.budget, "context_len": result.context_len, **found.to_dict()}
+    if to is not None:
+        document["export"] = schedule_export(result, found, to, export[1], export[2])
+        summary += f"; {to} {document['export']['method']}"
     if _emit(document, as_json, output, summary):
         return
     console.print(schedule_table(found))
+    if to is not None:
+        for line in (f"{to} ({document['export']['method']}): "
+                     f"{json.dumps(document['export']['config'])}",
+                     *(f"note: {n}" for n in document["export"]["notes"]),
+                     *([f"command: {document['export']['command']}"]
+                       if document["export"]["command"] else [])):
+            console.print(line, soft_wrap=True, highlight=False)
 
 
 def _scheduler_limit(hw: str, engine: str) -> int | None:

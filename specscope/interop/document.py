@@ -11,6 +11,8 @@ from specscope.errors import InputError
 from specscope.interop import hf_transformers, sglang, tensorrt_llm, vllm
 from specscope.interop.engine import Plan, chains_only, method_for, served
 from specscope.interop.families import best_chain
+from specscope.interop.schedule_search import ScheduleResult
+from specscope.interop.schedules import schedule_config
 from specscope.names import EXPORT_ENGINES, MODEL_FREE_SOURCES
 from specscope.optimizers.compare import best_any_size
 from specscope.optimizers.run import OptimizeResult
@@ -26,6 +28,24 @@ def engine_module(engine: str) -> ModuleType:
     if engine not in ENGINES:
         raise InputError(f"--to {engine}: not one of {', '.join(ENGINES)}")
     return ENGINES[engine]
+
+
+def schedule_export(result: OptimizeResult, found: ScheduleResult, engine: str,
+                    method: str | None = None, release: str | None = None) -> dict[str, Any]:
+    """`engine`'s configuration of the schedule `found` for `result`'s target and drafter: its
+    own schedule keys where it (or the vLLM `release`) takes a schedule, else the best
+    constant, and the notes saying which (`interop.schedules`)."""
+    module = engine_module(engine)
+    chosen = method_for(result.source, method, engine, module.BY_SOURCE, module.METHODS)
+    named = draft_model(result.source) or (
+        None if result.drafter in (NO_DRAFTER, *MODEL_FREE_SOURCES) else result.drafter)
+    target_id, draft_id = served(engine, chosen, module.SERVING, result.target, named,
+                                 ("--target", "the drafter priced"))
+    exported = schedule_config(engine, found.schedule, chosen, draft_id, found.constant,
+                               release)
+    return {"engine": engine, "method": chosen, "config": exported.config,
+            "command": module.command(exported.config, target_id) if exported.config else "",
+            "notes": list(exported.notes)}
 
 
 def optimized_export(result: OptimizeResult, engine: str, method: str | None = None
