@@ -142,6 +142,8 @@ class ScheduleFile:
     schedule: Schedule
     target: str | None = None
     source: str | None = None
+    constant: Tree | None = None
+    """The best constant choice recorded beside the schedule (None: none recorded)."""
 
 
 def read_schedule_file(path: str | Path) -> ScheduleFile:
@@ -154,7 +156,9 @@ def read_schedule_file(path: str | Path) -> ScheduleFile:
     for key, value in names.items():
         if value is not None and not isinstance(value, str):
             raise InputError(f"{path}: {key} must be a string, got {value!r}")
-    return ScheduleFile(Schedule.from_dict(data, str(path)), names["target"], names["source"])
+    constant = data.get("constant")
+    return ScheduleFile(Schedule.from_dict(data, str(path)), names["target"], names["source"],
+                        None if constant is None else Tree.from_dict(constant))
 
 
 def _range(value: object, where: str) -> Range:

@@ -166,6 +166,12 @@ ArrivalFile = Annotated[Path | None, typer.Option(help="Arrival times, one numbe
                                                        "per line.")]
 SloTpot = Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms)."),
                     Range(0, low_closed=False)]
+SloTtft = Annotated[float | None, typer.Option(help="TTFT SLO of goodput (ms)."),
+                    Range(0, low_closed=False)]
+GpuHourUsd = Annotated[float | None, typer.Option(
+    "--gpu-hour-usd", help="Price of one GPU-hour: the cost per million output tokens of the "
+                           "GPUs the deployment holds (tp × stages × replicas)."),
+    Range(0, low_closed=False)]
 MetricsOutput = Annotated[Path | None, typer.Option(
     "-o", "--output", help="Per-request metrics parquet (summary in its metadata); the time "
                            "series and event log go beside it."),

@@ -24,6 +24,7 @@ from specscope.cli.common import (
     ExpertParallel,
     ExpertPrecision,
     Force,
+    GpuHourUsd,
     Hw,
     Images,
     KvBits,
@@ -40,6 +41,7 @@ from specscope.cli.common import (
     Seed,
     ServerMaxBatch,
     SloTpot,
+    SloTtft,
     Source,
     Stages,
     SystemName,
@@ -127,6 +129,8 @@ def simulate(
     link_us: Annotated[float, typer.Option(help="Separate placement: link latency (µs)."),
                        Range(0)] = 10.0,
     slo_tpot_ms: SloTpot = None,
+    slo_ttft_ms: SloTtft = None,
+    gpu_hour_usd: GpuHourUsd = None,
     against_plain: Annotated[bool, typer.Option(
         help="Also simulate plain decoding of the same arrivals and say whether speculation "
              "pays.")] = True,
@@ -170,6 +174,7 @@ def simulate(
         fork_levels=fork_levels, arrivals=arrivals, cv=cv, arrival_file=arrival_file,
         prompt_len=prompt_len, output_len=output_len, draft_placement=draft_placement,
         link_gbps=link_gbps, link_us=link_us, slo_tpot_ms=slo_tpot_ms,
+        slo_ttft_ms=slo_ttft_ms, gpu_hour_usd=gpu_hour_usd,
         against_plain=against_plain,
         drift=() if drift is None else tuple(_csv_floats(drift, "--drift")), seed=seed,
         system=system, system_options=parse_system(system, system_options), images=images,

@@ -30,18 +30,23 @@ def given_tree(tree: Path | Tree | None, algo: str | None, target: str, source: 
 
 
 def given_schedule(schedule: Path | Schedule | None, target: str, source: str,
-                   has_trace: bool, token_budget: int) -> Schedule | None:
-    """The `--schedule` file's schedule (or the `Schedule` given), every tree checked."""
+                   has_trace: bool, token_budget: int) -> ScheduleFile | None:
+    """The `--schedule` file's schedule and its recorded best constant (or the `Schedule`
+    given), every tree checked."""
     if schedule is None:
         return None
     found = (ScheduleFile(schedule) if isinstance(schedule, Schedule)
              else read_schedule_file(schedule))
     where = f"--schedule {schedule}"
     _check_target(found.target, target, where)
-    return Schedule(tuple(
-        Bucket(b.batch, b.context, None if b.tree is None else _drafted_by(
-            b.tree, found.source, source, has_trace, token_budget, where))
-        for b in found.schedule.buckets))
+
+    def checked(tree: Tree | None) -> Tree | None:
+        return None if tree is None else _drafted_by(tree, found.source, source, has_trace,
+                                                     token_budget, where)
+
+    return ScheduleFile(Schedule(tuple(Bucket(b.batch, b.context, checked(b.tree))
+                                       for b in found.schedule.buckets)),
+                        found.target, found.source, checked(found.constant))
 
 
 def _check_target(chosen_for: str | None, target: str, where: str) -> None:

@@ -33,6 +33,7 @@ from specscope.models.catalogue import drafter_spec
 from specscope.names import MODEL_FREE_SOURCES
 from specscope.schedule import Schedule
 from specscope.simulator.acceptance import Acceptance
+from specscope.simulator.economics import economics, gpus
 from specscope.simulator.entities import Group, KVCost, KVSpace, Request
 from specscope.simulator.events import EVENT_BYTES, EventLog
 from specscope.simulator.given import given_schedule, given_tree
@@ -98,6 +99,9 @@ class SimulateRequest:
     link_gbps: float = 100.0
     link_us: float = 10.0
     slo_tpot_ms: float | None = None
+    slo_ttft_ms: float | None = None
+    gpu_hour_usd: float | None = None
+    """The price of one GPU-hour: the cost per million output tokens (`economics`)."""
     drift: tuple[float, ...] = ()
     seed: int = 0
     against_plain: bool = True
@@ -152,8 +156,9 @@ def run_simulation(req: SimulateRequest,
     model = _acceptance_model(req, drafter.source)
     tree = given_tree(req.tree, req.algo, spec.name, drafter.source, req.trace is not None,
                       req.token_budget)
-    schedule = given_schedule(req.schedule, spec.name, drafter.source, req.trace is not None,
-                              req.token_budget)
+    scheduled = given_schedule(req.schedule, spec.name, drafter.source, req.trace is not None,
+                               req.token_budget)
+    schedule = None if scheduled is None else scheduled.schedule
     acceptance = Acceptance(model, req.trace, req.seed, drift)
     for checked in [tree, *(() if schedule is None else (b.tree for b in schedule.buckets))]:
         if checked is not None and req.trace is not None:
@@ -206,22 +211,33 @@ def run_simulation(req: SimulateRequest,
         "policy": req.policy, "draft_placement": req.draft_placement,
         "workload": req.workload, "rate": req.rate, "arrivals": req.requests,
         "replicas": req.replicas, "max_batch": dep.max_batch, "seed": req.seed,
-        **summarise(requests, series, req.slo_tpot_ms),
+        **summarise(requests, series, req.slo_tpot_ms, req.slo_ttft_ms),
         "kv_capacity_bytes": capacity,
         "acceptance": acceptance.origin,
         "replayed_steps": acceptance.replayed, "sampled_steps": acceptance.sampled,
     }
+    summary |= economics(summary, gpus(summary, dep.stages), req.gpu_hour_usd)
     if req.policy != "none" and req.against_plain:
         plain = run_simulation(dataclasses.replace(asked, policy="none", tree=None, algo=None,
                                                    schedule=None, drift=(),
                                                    against_plain=False))
         summary["plain"] = plain_comparison(summary, plain.summary)
+        if scheduled is not None and scheduled.constant is not None:
+            constant = run_simulation(dataclasses.replace(
+                asked, policy="static", tree=scheduled.constant, algo=None, schedule=None,
+                against_plain=False))
+            summary["choices"] = {name: {k: s[k] for k in CHOICE_KEYS} for name, s in (
+                ("schedule", summary), ("constant", constant.summary),
+                ("none", plain.summary))}
     return SimulationResult(summary, requests, events, series)
 
 
 PLAIN_KEYS = ("throughput_tok_s", "goodput_tok_s", "mean_ttft_ms", "mean_tpot_ms",
-              "p99_ttft_ms", "mean_latency_s", "p99_latency_s", "mean_batch", "max_batch")
+              "p99_ttft_ms", "mean_latency_s", "p99_latency_s", "mean_batch", "max_batch",
+              "tokens_per_s_per_gpu", "tokens_per_s_per_user", "usd_per_million_tokens")
 """What the plain-decoding run reports beside a speculative one."""
+CHOICE_KEYS = (*PLAIN_KEYS, "gpus", "goodput_per_gpu", "usd_per_million_good_tokens")
+"""What `--policy schedule` reports for the schedule, its best constant and no speculation."""
 BREAK_EVEN = 0.01
 """Speculation pays when it cuts the mean latency by more than 1% and keeps the throughput
 within 1% (or raises it); a smaller difference is within the simulator's own noise."""
@@ -282,8 +298,10 @@ def _check(req: SimulateRequest) -> None:
     if not (req.link_gbps > 0 and req.link_us >= 0):
         raise InputError(f"--link-gbps must be > 0 and --link-us ≥ 0, got {req.link_gbps} and "
                          f"{req.link_us}")
-    if req.slo_tpot_ms is not None and not req.slo_tpot_ms > 0:
-        raise InputError(f"--slo-tpot-ms must be > 0, got {req.slo_tpot_ms}")
+    for option, value in (("--slo-tpot-ms", req.slo_tpot_ms), ("--slo-ttft-ms", req.slo_ttft_ms),
+                          ("--gpu-hour-usd", req.gpu_hour_usd)):
+        if value is not None and not value > 0:
+            raise InputError(f"{option} must be > 0, got {value}")
     if any(not m > 0 for m in req.drift):
         raise InputError(f"--drift multipliers must be > 0, got {list(req.drift)}")
     if req.drift and req.policy == "none":

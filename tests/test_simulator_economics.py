@@ -1,0 +1,80 @@
+"""What a served choice costs (issue 42, item 3): GPUs held, tokens/s per GPU and per user,
+goodput under TTFT and TPOT limits, cost per million output tokens; `--policy schedule`
+reports the schedule, its best constant and no speculation on the same arrivals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import Cli
+from test_guards import refused
+
+from specscope.hw_profiles.deployment import deployment
+from specscope.simulator.economics import economics, gpus, pareto
+from specscope.simulator.run import SimulateRequest, run_simulation
+from specscope.tree import Tree
+
+
+def test_gpus_count_every_device_held() -> None:
+    base = {"tp": 4, "replicas": 2, "draft_placement": "colocated", "draft_tp": 1}
+    assert gpus(base) == 8 and gpus(base, stages=2) == 16
+    assert gpus(base | {"draft_placement": "separate"}) == 10
+
+
+def test_per_gpu_per_user_and_cost_follow_their_definitions() -> None:
+    summary = {"throughput_tok_s": 2000.0, "goodput_tok_s": 1500.0, "mean_tpot_ms": 25.0}
+    out = economics(summary, 4, 3.6)
+    assert out["tokens_per_s_per_gpu"] == 500.0 and out["goodput_per_gpu"] == 375.0
+    assert out["tokens_per_s_per_user"] == 40.0
+    assert out["usd_per_million_tokens"] == pytest.approx(4 * 3.6 / 3600 / 2000 * 1e6)
+    assert out["usd_per_million_good_tokens"] == pytest.approx(4 * 3.6 / 3600 / 1500 * 1e6)
+    assert economics(summary, 4, None)["usd_per_million_tokens"] is None
+
+
+def test_pareto_keeps_the_undominated_points() -> None:
+    assert pareto([(10, 1), (5, 5), (4, 4), (1, 10), (None, 20)]) == [True, True, False, True,
+                                                                      False]
+
+
+def test_limits_cut_goodput_and_the_summary_carries_the_economics() -> None:
+    def run(**limits: float) -> dict:
+        return run_simulation(SimulateRequest(
+            deployment=deployment("h100", target="llama-3.1-8b", drafter="llama-3.2-1b",
+                                  tp=2, max_batch=16),
+            policy="static", tree=Tree.chain(2, "draft:llama-3.2-1b"), acceptance=(0.6, 0.1),
+            rate=40.0, requests=100, prompt_len="256", output_len="64", seed=1,
+            gpu_hour_usd=2.0, against_plain=False, **limits)).summary
+
+    free = run()
+    assert free["goodput_tok_s"] == free["throughput_tok_s"] and free["gpus"] == 2
+    assert free["tokens_per_s_per_gpu"] == pytest.approx(free["throughput_tok_s"] / 2)
+    ttft = sorted([free["p50_ttft_ms"], free["p99_ttft_ms"]])[0]
+    tight = run(slo_ttft_ms=ttft)
+    assert tight["goodput_tok_s"] < free["goodput_tok_s"]
+    assert tight["usd_per_million_good_tokens"] > tight["usd_per_million_tokens"]
+
+
+def test_a_schedule_run_reports_its_constant_and_no_speculation(cli: Cli,
+                                                                 tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    assert cli("optimize-tree", "--hw", "h100", "--target", "llama-3.1-8b", "--drafter",
+               "llama-3.2-1b", "--acceptance", "0.6,0.1", "--budget", "6", "--schedule",
+               "--to", "vllm", "--max-batch", "32", "-o", path)[0] == 0
+    constant = json.loads(path.read_text())["constant"]
+    common = ("simulate", "--hw", "h100", "--target", "llama-3.1-8b", "--drafter",
+              "llama-3.2-1b", "--acceptance", "0.6,0.1", "--rate", "20", "--requests", "60",
+              "--max-batch", "32", "--seed", "0", "--gpu-hour-usd", "2.5")
+    code, out, err = cli(*common, "--policy", "schedule", "--schedule", path, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert set(doc["choices"]) == {"schedule", "constant", "none"}
+    tree = tmp_path / "c.json"
+    tree.write_text(json.dumps(constant))
+    code, out, err = cli(*common, "--policy", "static", "--tree", tree, "--json")
+    alone = json.loads(out)
+    assert doc["choices"]["constant"]["throughput_tok_s"] == alone["throughput_tok_s"]
+    assert doc["choices"]["none"]["throughput_tok_s"] == doc["plain"]["throughput_tok_s"]
+    assert doc["choices"]["schedule"]["usd_per_million_tokens"] == doc["usd_per_million_tokens"]
+    refused(cli(*common[:-2], "--gpu-hour-usd", "0", "--policy", "none"), "--gpu-hour-usd")
