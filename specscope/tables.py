@@ -267,3 +267,24 @@ def _choice(tree: Tree | None) -> str:
     if tree is None:
         return "off"
     return f"chain {tree.depth}" if tree.is_chain else f"tree n={tree.size} d={tree.depth}"
+
+
+def front_table(rows: list[dict[str, Any]]) -> Table:
+    """`simulate --front`: each choice at each rate, per GPU and per user, its cost, and ★ on
+    the overall Pareto front (no point serves more tokens/s per GPU and per user at once)."""
+    table = Table(title="tokens/s per GPU against tokens/s per user over the rate ladder "
+                        "(★ on the Pareto front of every choice)", box=box.SIMPLE_HEAD)
+    for col in ("choice", "rate /s", "tok/s per GPU", "tok/s per user", "goodput per GPU",
+                "TTFT ms", "$ per M tokens"):
+        table.add_column(col, justify="left" if col == "choice" else "right")
+
+    def num(value: float | None, fmt: str) -> str:
+        return "–" if value is None else format(value, fmt)
+
+    for r in sorted(rows, key=lambda r: (r["choice"], r["rate"])):
+        table.add_row(r["choice"] + (" ★" if r["on_front"] else ""), f"{r['rate']:.2f}",
+                      num(r["tokens_per_s_per_gpu"], ",.0f"),
+                      num(r["tokens_per_s_per_user"], ",.1f"),
+                      num(r["goodput_per_gpu"], ",.0f"), num(r["mean_ttft_ms"], ",.0f"),
+                      num(r["usd_per_million_tokens"], ".3f"))
+    return table

@@ -13,6 +13,7 @@ from test_guards import refused
 
 from specscope.hw_profiles.deployment import deployment
 from specscope.simulator.economics import economics, gpus, pareto
+from specscope.simulator.fronts import serving_front
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.tree import Tree
 
@@ -78,3 +79,21 @@ def test_a_schedule_run_reports_its_constant_and_no_speculation(cli: Cli,
     assert doc["choices"]["none"]["throughput_tok_s"] == doc["plain"]["throughput_tok_s"]
     assert doc["choices"]["schedule"]["usd_per_million_tokens"] == doc["usd_per_million_tokens"]
     refused(cli(*common[:-2], "--gpu-hour-usd", "0", "--policy", "none"), "--gpu-hour-usd")
+
+
+def test_the_front_serves_each_choice_over_the_rate_ladder(cli: Cli) -> None:
+    common = ("simulate", "--hw", "h100", "--target", "llama-3.1-8b", "--drafter",
+              "llama-3.2-1b", "--acceptance", "0.6,0.1", "--rate", "10", "--requests", "40",
+              "--max-batch", "16", "--seed", "0")
+    req = SimulateRequest(
+        deployment=deployment("h100", target="llama-3.1-8b", drafter="llama-3.2-1b",
+                              max_batch=16),
+        policy="static", tree=Tree.chain(2, "draft:llama-3.2-1b"), acceptance=(0.6, 0.1),
+        rate=10.0, requests=40, prompt_len="256", output_len="64", seed=0, gpu_hour_usd=2.0)
+    rows = serving_front(req, [0.5, 1, 4])
+    assert sorted({(r["choice"], r["rate"]) for r in rows}) == sorted(
+        (c, r) for c in ("static", "none") for r in (5.0, 10.0, 40.0))
+    flags = pareto([(r["tokens_per_s_per_gpu"], r["tokens_per_s_per_user"]) for r in rows])
+    assert [r["on_front"] for r in rows] == flags and any(flags)
+    assert all(r["usd_per_million_tokens"] > 0 for r in rows)
+    refused(cli(*common, "--policy", "none", "--front", "0,1"), "--front")

@@ -131,6 +131,11 @@ def simulate(
     slo_tpot_ms: SloTpot = None,
     slo_ttft_ms: SloTtft = None,
     gpu_hour_usd: GpuHourUsd = None,
+    front: Annotated[str | None, typer.Option(
+        "--front", help="Also serve --rate × each of these multiples (e.g. 0.25,0.5,1,2) and "
+                        "report the Pareto front of tokens/s per GPU against tokens/s per "
+                        "user, for each choice served (the policy, no speculation, and a "
+                        "schedule's best constant).")] = None,
     against_plain: Annotated[bool, typer.Option(
         help="Also simulate plain decoding of the same arrivals and say whether speculation "
              "pays.")] = True,
@@ -184,7 +189,19 @@ def simulate(
         task = bar.add_task("simulating", total=requests)
         result = run_simulation(
             request, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        if front is not None:
+            from specscope.simulator.fronts import serving_front
+
+            multiples = _csv_floats(front, "--front")
+            bar.update(task, completed=0, total=len(multiples), description="rate ladder")
+            result.summary["front"] = serving_front(
+                request, multiples, progress=lambda done, total: bar.update(
+                    task, completed=done, total=total))
     _report_serving(result, as_json, output)
+    if front is not None and not as_json:
+        from specscope.tables import front_table
+
+        console.print(front_table(result.summary["front"]))
 
 
 def sweep(
