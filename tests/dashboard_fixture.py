@@ -15,6 +15,7 @@ from plotly.offline import get_plotlyjs
 from specscope.atomic import write_text_atomic
 from specscope.hw_profiles.deployment import deployment
 from specscope.optimizers.run import OptimizeRequest, run_optimize
+from specscope.simulator.fronts import serving_front
 from specscope.simulator.metrics import write_metrics
 from specscope.simulator.run import SimulateRequest, run_simulation
 from specscope.trace import synth_trace, write_trace
@@ -23,6 +24,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 HARDWARE = ("h100", "cpu-2core")
 POLICIES = ("none", "static")
 RATES = (2.0, 16.0)
+FRONT = (0.5, 1.0, 4.0)
+"""Multiples of the first rate the static run's front serves (the economics section)."""
 
 
 def build_results(folder: Path, validate: bool = False) -> Path:
@@ -38,10 +41,14 @@ def build_results(folder: Path, validate: bool = False) -> Path:
         write_text_atomic(folder / f"trees-{hw}.json", json.dumps(result.to_dict(), indent=2))
     for policy in POLICIES:
         for rate in RATES:
-            run = run_simulation(SimulateRequest(
+            request = SimulateRequest(
                 deployment=deployment("h100", target="llama-2-7b"),
                 trace=trace, policy=policy, rate=rate, requests=24, seed=0,
-                tree=folder / "trees-h100.json" if policy == "static" else None))
+                tree=folder / "trees-h100.json" if policy == "static" else None,
+                gpu_hour_usd=2.5)
+            run = run_simulation(request)
+            if policy == "static" and rate == RATES[0]:  # the economics section's front
+                run.summary["front"] = serving_front(request, FRONT)
             write_metrics(folder / "simulate" / f"{policy}-{rate:g}.parquet", run.requests,
                           run.summary, run.timeseries, run.events)
     if validate:

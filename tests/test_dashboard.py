@@ -10,12 +10,20 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from dashboard_fixture import HARDWARE, POLICIES, RATES, build_results, external_references
+from dashboard_fixture import (
+    FRONT,
+    HARDWARE,
+    POLICIES,
+    RATES,
+    build_results,
+    external_references,
+)
 from plotly.offline import get_plotlyjs
 
 from specscope.cli import main
 from specscope.dashboards import build_report, load_results
 from specscope.dashboards.acceptance import MAX_DEPTH, MAX_RANK
+from specscope.dashboards.economics import economics_section, front_table
 from specscope.dashboards.fronts import sweep_fronts, sweep_sizes
 from specscope.dashboards.hardware import analytic_table
 from specscope.dashboards.serving import serving_table
@@ -72,7 +80,7 @@ def test_report_draws_each_section_and_loads_nothing_from_the_network(folder: Pa
     report = build_report(folder, tmp_path / "report.html")
     page = report.path.read_text()
     assert [s.key for s in report.drawn] == ["pareto", "size", "trees", "acceptance", "serving",
-                                             "validation", "hardware"]
+                                             "economics", "validation", "hardware"]
     assert external_references(page) == []
     assert page.count('class="plotly-graph-div"') == len(report.drawn)
     assert "MathJax" not in page.replace(get_plotlyjs(), "")
@@ -184,3 +192,15 @@ def test_a_sweeps_size_panel_holds_one_number_format(tmp_path: Path) -> None:
     best = sweep.sort("speedup", descending=True).row(0, named=True)
     assert f"{best['precision']}" in chosen["panel"][0] or best["precision"] == "bf16"
     assert ("kv 8-bit" in chosen["panel"][0]) == (best["kv_bits"] == 8)
+
+
+
+def test_the_economics_section_draws_each_choice_and_marks_the_front(folder: Path) -> None:
+    table = front_table(load_results(folder))
+    assert sorted(table["choice"].unique()) == ["none", "static"]
+    assert table.height == 2 * len(FRONT)
+    section = economics_section(load_results(folder))
+    assert {t.name for t in section.figure.data} == {"none", "static"}
+    starred = sum(w > 0 for t in section.figure.data for w in t.marker.line.width)
+    assert starred == int(table["on_front"].sum()) >= 1
+    assert table["usd_per_million_tokens"].min() > 0

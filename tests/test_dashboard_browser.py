@@ -130,7 +130,7 @@ def test_report_renders_every_figure_offline_without_errors(tmp_path: Path) -> N
     page = report.read_text()
     assert external_references(page) == []
     expected = re.findall(r'<div id="(figure-[a-z]+)" class="plotly-graph-div"', page)
-    assert len(expected) == 7, expected
+    assert len(expected) == 8, expected
 
     browser = Chromium(binary)
     try:

@@ -18,6 +18,7 @@ from specscope import __version__
 from specscope.atomic import write_text_atomic
 from specscope.dashboards.acceptance import acceptance_section
 from specscope.dashboards.accuracy import accuracy_section
+from specscope.dashboards.economics import economics_section
 from specscope.dashboards.fronts import pareto_section, size_section
 from specscope.dashboards.hardware import hardware_section
 from specscope.dashboards.load import Results, load_results
@@ -35,6 +36,7 @@ from specscope.errors import InputError
 
 SECTIONS: tuple[Callable[[Results], Section], ...] = (
     pareto_section, size_section, trees_section, acceptance_section, serving_section,
+    economics_section,
     load_validation_section, validation_section, hardware_section, systems_hardware_section,
     reproduce_section, families_section, accuracy_section,
 )
