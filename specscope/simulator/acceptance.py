@@ -31,7 +31,6 @@ events). A request whose multiplier is not 1 is sampled from that model througho
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +38,7 @@ import numpy as np
 import polars as pl
 
 from specscope.errors import InputError
+from specscope.simulator.entities import Request
 from specscope.simulator.policies.base import Speculation
 from specscope.trace import AcceptanceModel, Trace
 from specscope.trace.replay import dense_trace
@@ -54,12 +54,14 @@ _UNIFORMS = 4096
 @dataclass(frozen=True)
 class _Plan:
     """A tree prepared for walking: per node its children as (child, depth, array, offset,
-    value, sequence) for replay, and child by rank for sampling; its depth, each node's depth,
-    and the sequence source of its drafted nodes when they are all of one (else None)."""
+    value, sequence) for replay, and for sampling the child each rank a uniform can pick
+    leads to (0: none; ranks 0..K, K past the acceptance model's last candidate); its depth,
+    each node's depth, and the sequence source of its drafted nodes when they are all of one
+    (else None)."""
 
     tree: Tree
     kids: tuple[tuple[tuple[int, int, np.ndarray | None, int, int, bool], ...], ...]
-    by_rank: tuple[dict[int, int], ...]
+    by_rank: tuple[tuple[int, ...], ...]
     depth: int
     depths: tuple[int, ...]
     sequence: str | None
@@ -76,7 +78,9 @@ class Acceptance:
                  drift: Sequence[float] = ()) -> None:
         self.model, self.trace, self.drift = model, trace, tuple(drift)
         self._rng = np.random.default_rng([seed, 1])
-        self._uniforms: list[float] = []
+        self._uniforms = np.empty(0)
+        self._next = 0
+        self._ranks: dict[tuple[int, float], list[list[int]]] = {}
         self._cumulative: dict[tuple[int, float], list[float]] = {}
         self._plans: dict[int, _Plan] = {}
         self._cut: dict[tuple[str, int, int], Speculation] = {}
@@ -124,6 +128,12 @@ class Acceptance:
         length = int(self._dense.lengths[row])
         return pos + depth <= length or (pos < length and remaining <= length - pos)
 
+    def cuts(self, spec: Speculation) -> bool:
+        """Whether `drafted` may give a request less than `spec` (a chain of a sequence drafter,
+        replayed)."""
+        return (self._dense is not None and spec.tree.size > 1
+                and self._plan(spec.tree).sequence is not None)
+
     def drafted(self, row: int | None, pos: int, remaining: int, spec: Speculation,
                 multiplier: float = 1.0) -> Speculation:
         """What the drafter really proposes for `spec` at this step: a chain of one sequence
@@ -150,7 +160,21 @@ class Acceptance:
         docstring)."""
         if tree.size == 1:
             return 0
+        return self._accept(self._plan(tree), row, pos, remaining, multiplier)
+
+    def accept_all(self, requests: Sequence[Request], tree: Tree) -> list[int]:
+        """`accept` of each of `requests` (in order) verifying `tree`."""
+        if tree.size == 1:
+            return [0] * len(requests)
         plan = self._plan(tree)
+        if self._dense is None:
+            self.sampled += len(requests)
+            return self._samples(plan, [r.multiplier for r in requests])
+        return [self._accept(plan, r.trace_row, r.generated, r.output_len - r.generated,
+                             r.multiplier) for r in requests]
+
+    def _accept(self, plan: _Plan, row: int | None, pos: int, remaining: int,
+                multiplier: float) -> int:
         if self._replays(row, pos, remaining, plan.depth, multiplier):
             self.replayed += 1
             return self._walk(plan, row, pos)
@@ -174,13 +198,51 @@ class Acceptance:
 
     def _sample(self, plan: _Plan, multiplier: float) -> int:
         """Accepted depth of one Sequoia walk down the acceptance model."""
-        node = depth = 0
-        while True:
-            rank = bisect.bisect_right(self._row(depth, multiplier), self._uniform())
-            child = plan.by_rank[node].get(rank)
-            if child is None:
-                return depth
-            node, depth = child, depth + 1
+        return self._samples(plan, (multiplier,))[0]
+
+    def _samples(self, plan: _Plan, multipliers: Sequence[float]) -> list[int]:
+        """Accepted depths of Sequoia walks down the acceptance model, one per multiplier, in
+        order: at each node the next uniform's rank (the first cumulative acceptance above
+        it) picks the child, if any."""
+        self._reserve((plan.depth + 1) * len(multipliers))
+        by_rank, depths, out = plan.by_rank, plan.depths, []
+        i, last, at = self._next, None, []
+        for multiplier in multipliers:
+            if multiplier != last:
+                ranks = self._depth_ranks(plan.depth, multiplier)
+                at, last = [ranks[d] for d in depths], multiplier  # each node's ranks
+            node = 0
+            while True:
+                child = by_rank[node][at[node][i]]
+                i += 1
+                if not child:
+                    break
+                node = child
+            out.append(depths[node])
+        self._next = i
+        return out
+
+    def _reserve(self, n: int) -> None:
+        """Draw uniforms until `n` are left unused (the generator's stream, in order)."""
+        while self._uniforms.size - self._next < n:
+            self._uniforms = np.concatenate([self._uniforms[self._next:],
+                                             self._rng.random(_UNIFORMS)])
+            self._next = 0
+            self._ranks.clear()
+
+    def _depth_ranks(self, depth: int, multiplier: float) -> list[list[int]]:
+        """Per depth 0..`depth`, the rank each drawn uniform picks there (`_row`)."""
+        key = (depth, multiplier)
+        found = self._ranks.get(key)
+        if found is None:
+            rows = self.model.table.shape[0]
+            by_row: dict[int, list[int]] = {}
+            for d in range(depth + 1):
+                if min(d, rows - 1) not in by_row:
+                    by_row[min(d, rows - 1)] = np.searchsorted(
+                        np.array(self._row(d, multiplier)), self._uniforms, side="right").tolist()
+            found = self._ranks[key] = [by_row[min(d, rows - 1)] for d in range(depth + 1)]
+        return found
 
     def _row(self, depth: int, multiplier: float) -> list[float]:
         """Cumulative acceptance of the children of a node at `depth`, drift applied."""
@@ -191,11 +253,6 @@ class Acceptance:
             p = scaled_acceptance(table[min(depth, table.shape[0] - 1)], multiplier)
             row = self._cumulative[key] = np.cumsum(p).tolist()
         return row
-
-    def _uniform(self) -> float:
-        if not self._uniforms:
-            self._uniforms = self._rng.random(_UNIFORMS).tolist()[::-1]
-        return self._uniforms.pop()
 
     def _plan(self, tree: Tree) -> _Plan:
         plan = self._plans.get(id(tree))
@@ -212,6 +269,7 @@ class Acceptance:
         anchor = np.zeros(tree.size, dtype=np.int64)
         kids: list[list] = [[] for _ in range(tree.size)]
         by_rank: list[dict[int, int]] = [{} for _ in range(tree.size)]
+        width = self.model.table.shape[1]
         dense = self._dense
         for v in range(1, tree.size):
             u, source, d, rank = int(parents[v]), names[v], int(depths[v]), int(tree.ranks[v])
@@ -233,7 +291,8 @@ class Acceptance:
         drafted = set(names[1:])
         sequence = next(iter(drafted)) if len(drafted) == 1 and dense is not None and \
             drafted <= dense.sequence else None
-        return _Plan(tree, tuple(tuple(k) for k in kids), tuple(by_rank), tree.depth,
+        picks = tuple(tuple(r.get(k, 0) for k in range(width + 1)) for r in by_rank)
+        return _Plan(tree, tuple(tuple(k) for k in kids), picks, tree.depth,
                      tuple(int(d) for d in depths), sequence)
 
     @property

@@ -36,7 +36,9 @@ class Request:
     `multiplier` its drift multiplier; `accepted` and `steps` sum its accepted drafts (those
     it kept) and decoding steps; `start_s` is when it could start (its group's arrival, or its
     parent's finish); `overlap_held` whether its last step accepted as deep as its tree went
-    (separate draft placement: the drafting overlapped with that step stands).
+    (kept under separate draft placement, where it means the drafting overlapped with that step
+    stands); `first_step` its replica's decoding steps when it joined the running batch (the
+    simulator's `RunningBatch` derives `steps` and `accepted` from it when it finishes).
     """
 
     id: int
@@ -56,6 +58,7 @@ class Request:
     first_token_s: float = NAN
     finish_s: float = NAN
     overlap_held: bool = False
+    first_step: int = 0
     children: list[Request] = field(default_factory=list)
 
     @property
@@ -128,6 +131,14 @@ class KVSpace:
         tokens = group.prompt_len + group.output_tokens + group.sequences * max_tree
         return tokens * c.per_token + group.sequences * c.per_sequence
 
+    @property
+    def exact(self) -> bool:
+        """Whether every byte count is a whole number below 2⁵³ (whole bytes per token and per
+        sequence, a capacity below 2⁵³), so that sums of them are exact in any order."""
+        c = self.cost
+        return (float(c.per_token).is_integer() and float(c.per_sequence).is_integer()
+                and self.capacity < 2**53)
+
     def fits(self, peak: float) -> bool:
         """Whether a group of this peak can be admitted now."""
         return self.reserved + peak <= self.capacity
@@ -149,6 +160,15 @@ class KVSpace:
         b = tokens * self.cost.per_token
         request.group.used += b
         self.used += b
+
+    def grow_all(self, tokens: int) -> None:
+        """Sequences committed `tokens` tokens in all, each to join its group's bytes when it
+        finishes (`settle`): with `exact` costs, the bytes of `grow` for each in one sum."""
+        self.used += tokens * self.cost.per_token
+
+    def settle(self, request: Request) -> None:
+        """A finished sequence's tokens, committed by `grow_all`, join its group's bytes."""
+        request.group.used += request.generated * self.cost.per_token
 
     def release(self, group: Group) -> None:
         """A finished group frees everything it held."""

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -87,9 +88,9 @@ class Link:
         return 2 * self.latency_us * 1e-6 + tokens * TOKEN_BYTES * 8 / (self.gbps * 1e9)
 
 
-@dataclass(frozen=True)
-class StepParts:
-    """Seconds of one step's phases: drafting, verification (forward + host) and bookkeeping."""
+class StepParts(NamedTuple):
+    """Seconds of one step's phases: drafting, verification (forward + host) and bookkeeping
+    (a tuple: one is made per simulated step)."""
 
     draft_s: float
     verify_s: float
@@ -103,7 +104,7 @@ class _Grid:
 
     def __init__(self, fn: Callable[[int, int, np.ndarray], np.ndarray]) -> None:
         self._fn = fn
-        self._rows: dict[tuple[int, int, int], np.ndarray] = {}
+        self._rows: dict[tuple[int, int, int], list[float]] = {}
 
     def at(self, batch: int, total: int, x: float) -> float:
         """The value at (batch, total, x), x ≥ 0 real."""
@@ -112,10 +113,10 @@ class _Grid:
         row = self._rows.get(key)
         if row is None:
             xs = np.arange(key[2] * BLOCK, (key[2] + 1) * BLOCK + 1)
-            row = self._rows[key] = np.asarray(self._fn(batch, total, xs), dtype=float)
+            row = self._rows[key] = np.asarray(self._fn(batch, total, xs), dtype=float).tolist()
         j = i % BLOCK
         frac = x - i
-        return float(row[j] if frac == 0 else row[j] + frac * (row[j + 1] - row[j]))
+        return row[j] if frac == 0 else row[j] + frac * (row[j + 1] - row[j])
 
 
 def _by_table(cost: CostModel, call: Callable[[np.ndarray], np.ndarray], batch: int,
@@ -228,6 +229,19 @@ def speculation_shape(spec: Speculation, source: str, draft_cache: bool = False)
     return _Shape(tree.size, tuple(levels), tree.size > 1 or spec.draft_levels > 0)
 
 
+@dataclass(frozen=True)
+class _Step:
+    """A step's requests as pricing sums them: tree tokens, sequences, cached tokens, requests
+    that speculate, and per draft level (source, requests, nodes forwarded, the draft's cached
+    tokens, parents expanded)."""
+
+    tokens: int
+    batch: int
+    context_sum: int
+    speculating: int
+    levels: tuple[tuple[str, int, int, int, int], ...]
+
+
 class BatchPricer:
     """Seconds of steps and prefills of a batch (module docstring); implements `StepPricer`.
 
@@ -246,6 +260,7 @@ class BatchPricer:
         self._target = _Forwards(target)
         self._drafter = None if drafter is None else _Forwards(drafter)
         self._shapes: dict[tuple[int, int], tuple[Tree, _Shape]] = {}
+        self._alike: dict[tuple[int, int], tuple[Speculation, _Step]] = {}
         self._host = host_terms(target, drafter, temperature, engine)
 
     def shape(self, spec: Speculation) -> _Shape:
@@ -259,6 +274,12 @@ class BatchPricer:
         shape = speculation_shape(spec, self.source, self._host.draft_cache)
         self._shapes[key] = (spec.tree, shape)
         return shape
+
+    @property
+    def needs_contexts(self) -> bool:
+        """Whether a step's price reads each request's context, not their sum alone (a draft
+        window, or a loop that pads to the longest context): `parts_all` then takes them."""
+        return self.draft_window is not None or self._host.pads_context
 
     def parts(self, contexts: Sequence[int], speculations: Sequence[Speculation],
               chunks: Sequence[tuple[int, int]] = ()) -> StepParts:
@@ -293,7 +314,38 @@ class BatchPricer:
                     level[1] += forwarded * count
                     level[2] += drafted_sum
                     level[3] += expanded * count
-        draft = sum(self._level_s(source, *level) for (_, source), level in levels.items())
+        step = _Step(tokens, batch, context_sum, speculating,
+                     tuple((source, *level) for (_, source), level in levels.items()))
+        return self._priced(step, contexts, chunks)
+
+    def parts_all(self, spec: Speculation, count: int, context_sum: int,
+                  contexts: Sequence[int] = (), chunks: Sequence[tuple[int, int]] = ()
+                  ) -> StepParts:
+        """`parts` of a step in which all `count` requests verify `spec`, their contexts
+        summing to `context_sum` (`contexts`, each request's, only when `needs_contexts`);
+        what does not depend on the contexts is kept per (speculation, count)."""
+        drafted = (context_sum if self.draft_window is None
+                   else sum(self._drafted(c) for c in contexts))
+        key = (id(spec), count)
+        hit = self._alike.get(key)
+        if hit is None or hit[0] is not spec:
+            if len(self._alike) > 4096:
+                self._alike.clear()
+            shape = self.shape(spec)
+            hit = self._alike[key] = (spec, _Step(
+                shape.size * count, count, 0, count * shape.speculates,
+                tuple((source, count, forwarded * count, 0, expanded * count)
+                      for (_, source), forwarded, expanded in shape.levels)))
+        return self._priced(hit[1], contexts, chunks, count, context_sum, drafted)
+
+    def _priced(self, step: _Step, contexts: Sequence[int], chunks: Sequence[tuple[int, int]],
+                requests: int | None = None, context_sum: int = 0, drafted: int = 0
+                ) -> StepParts:
+        """`parts` of the requests' `step` (`requests` of them, None: `len(contexts)`; plus
+        `context_sum` cached tokens, `drafted` of them the draft's, at every level)."""
+        draft = sum(self._level_s(source, count, forwarded, drafted + drafted_sum, expanded)
+                    for source, count, forwarded, drafted_sum, expanded in step.levels)
+        tokens, batch, context_sum = step.tokens, step.batch, step.context_sum + context_sum
         for size, done in chunks:
             tokens += size
             batch += 1
@@ -302,15 +354,16 @@ class BatchPricer:
             draft += self._drafter.forward(len(chunks), sum(s for s, _ in chunks),
                                            sum(self._drafted(d) for _, d in chunks)
                                            / len(chunks))
-        served = self._host.serve_step + (len(contexts) - speculating) * self._host.serve_row
+        requests = len(contexts) if requests is None else requests
+        served = self._host.serve_step + (requests - step.speculating) * self._host.serve_row
         context = context_sum / batch
         if self._host.pads_context and contexts:
             context = max(context, max(contexts))
-        if not speculating:
+        if not step.speculating:
             forward = self._target.forward(batch, tokens, context)
             return StepParts(draft, forward, served, False)
         verify = self._target.verify(batch, tokens, context) + self._host.verify
-        return StepParts(draft, verify, speculating * self._host.bookkeeping
+        return StepParts(draft, verify, step.speculating * self._host.bookkeeping
                          + self._host.batched_bookkeeping + served)
 
     def _drafted(self, context: int) -> int:

@@ -105,6 +105,13 @@ class Scheduler:
             return speculations
         return [s if s.tree.size <= limit else self._cut(s, limit) for s in speculations]
 
+    def fit_all(self, spec: Speculation, count: int) -> Speculation:
+        """`fit` of a step in which all `count` requests verify `spec`: what each verifies."""
+        size, limit = spec.tree.size, self.limits.max_tree
+        if size * count > self.limits.token_budget:
+            limit = min(limit, self.limits.token_budget // count)
+        return spec if size <= limit else self._cut(spec, limit)
+
     def _cut(self, spec: Speculation, size: int) -> Speculation:
         key = (id(spec.tree), spec.draft_levels, size)
         hit = self._cuts.get(key)

@@ -28,6 +28,14 @@ only decoding steps run, and everything goes cold while the replica idles.
 
 A sequence that finishes frees nothing until its group finishes; its children (forking
 workloads) become ready to run at once, their prefix already cached.
+
+Speed: the running sequences are a `RunningBatch`, which keeps their contexts' sum and commits a
+step's tokens touching each sequence once (or, in plain decoding, only those that finish). A
+`FixedPolicy` (`none`, `static`) gives every request the same speculation at every step; when
+nothing cuts it per request (colocated drafting, no replayed sequence drafter) a step of it
+builds no per-request slots, speculations or contexts: it is priced from the batch's count and
+contexts' sum (`BatchPricer.parts_all`) and its acceptance drawn for the whole batch
+(`Acceptance.accept_all`), with the same results.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from collections.abc import Callable, Generator
 import simpy
 
 from specscope.simulator.acceptance import Acceptance
+from specscope.simulator.batch import RunningBatch
 from specscope.simulator.entities import Group, KVSpace, Request
 from specscope.simulator.events import (
     ADMIT,
@@ -49,6 +58,7 @@ from specscope.simulator.events import (
     EventLog,
 )
 from specscope.simulator.policies.base import Policy, Slot, Speculation, StepView
+from specscope.simulator.policies.static import FixedPolicy
 from specscope.simulator.pricing import BatchPricer
 from specscope.simulator.scheduler import Limits, Router, Scheduler
 
@@ -69,7 +79,14 @@ class Replica:
         self.queue: deque[Group] = deque()
         self.prefilling: list[Group] = []
         self.ready: deque[Request] = deque()
-        self.running: list[Request] = []
+        self.fixed = (policy.speculation if isinstance(policy, FixedPolicy)
+                      and pricer.link is None and not acceptance.cuts(policy.speculation)
+                      else None)
+        """The speculation of every request at every step, when nothing cuts it per request."""
+        plain = (self.fixed is not None and self.fixed.tree.size == 1
+                 and not pricer.needs_contexts)
+        self.batch = RunningBatch(kv, plain)
+        self.running = self.batch.requests
         self.outstanding = 0
         self.steps = 0
         self._wake: simpy.Event | None = None
@@ -96,7 +113,7 @@ class Replica:
                     r.admitted_s = self.env.now
                 self.prefilling.append(group)
             while self.ready and len(self.running) + len(self.prefilling) < self.max_batch:
-                self.running.append(self.ready.popleft())
+                self.batch.join(self.ready.popleft(), self.steps)
             if not self.running and not self.prefilling:
                 self._wake = self.env.event()
                 yield self._wake
@@ -124,45 +141,76 @@ class Replica:
             self._prefilled(group)
 
     def _decode(self) -> Steps:
-        env, running, acceptance = self.env, self.running, self.acceptance
-        specs: list[Speculation] = []
+        env, running, pricer = self.env, self.running, self.pricer
+        count = len(running)
         slots: tuple[Slot, ...] = ()
-        if running:
-            slots = tuple(Slot(r.id, r.trace_row, r.context_len, r.generated, r.remaining)
-                          for r in running)
-            view = StepView(slots, self.pricer, acceptance.model, self.pricer.source, self.steps)
-            planned = self.policy.plan(view)
-            specs = self.scheduler.fit([
-                acceptance.drafted(r.trace_row, r.generated, r.remaining, s, r.multiplier)
-                for r, s in zip(running, planned, strict=True)])
-        contexts = [r.context_len for r in running]
-        tree_tokens = sum(s.tree.size for s in specs)
-        chunks = (self.scheduler.chunks(self.prefilling, tree_tokens) if self.chunked else [])
-        parts = self.pricer.parts(contexts, specs, [(n, g.prefilled) for g, n in chunks])
-        accepted = [acceptance.accept(r.trace_row, r.generated, r.remaining, s.tree,
-                                      r.multiplier) for r, s in zip(running, specs, strict=True)]
-        redo = moved = 0.0
-        if self.pricer.link is not None and running:
-            stale = [i for i, r in enumerate(running) if not r.overlap_held]
-            if stale:
-                redo = self.pricer.draft_s([contexts[i] for i in stale],
-                                           [specs[i] for i in stale])
-            moved = tree_tokens + sum(accepted) + len(running)
-        seconds = self.pricer.combine(parts, redo, int(moved)) + self._woken("step")
+        specs: list[Speculation] = []
+        if self.fixed is not None and running:
+            fixed = self.scheduler.fit_all(self.fixed, count)
+            tree_tokens = fixed.tree.size * count
+            chunks = self._chunks(tree_tokens)
+            contexts = [r.context_len for r in running] if pricer.needs_contexts else []
+            parts = pricer.parts_all(fixed, count, self.batch.context_sum, contexts,
+                                     [(n, g.prefilled) for g, n in chunks])
+            accepted = (None if fixed.tree.size == 1 and self.batch.lazy
+                        else self.acceptance.accept_all(running, fixed.tree))
+            seconds = pricer.combine(parts)
+        else:
+            slots, specs = self._plan()
+            contexts = [r.context_len for r in running]
+            tree_tokens = sum(s.tree.size for s in specs)
+            chunks = self._chunks(tree_tokens)
+            parts = pricer.parts(contexts, specs, [(n, g.prefilled) for g, n in chunks])
+            accepted = [self.acceptance.accept(r.trace_row, r.generated, r.remaining, s.tree,
+                                               r.multiplier)
+                        for r, s in zip(running, specs, strict=True)]
+            seconds = pricer.combine(parts, *self._separate(contexts, specs, accepted,
+                                                             tree_tokens))
+        seconds += self._woken("step")
         if self.policy.chooses and running:
-            seconds += self.pricer.choose_s(len(running))
+            seconds += pricer.choose_s(count)
         in_flight = tree_tokens * self.kv.cost.per_token
-        self.log.add(env.now, STEP_START, self.index, batch=len(running) + len(chunks),
-                     tokens=tree_tokens + sum(n for _, n in chunks),
-                     kv_bytes=self.kv.used + in_flight)
+        self.log.add(env.now, STEP_START, self.index, -1, -1, count + len(chunks),
+                     tree_tokens + sum(n for _, n in chunks), self.kv.used + in_flight)
         self.steps += 1
         yield env.timeout(seconds)
-        self._commit(slots, specs, accepted)
+        if specs:
+            self._learn(slots, specs, accepted)
+        self._commit(count, accepted)
         for group, n in chunks:
             group.prefilled += n
             if group.prefilled == group.prompt_len:
                 self.prefilling.remove(group)
                 self._prefilled(group)
+
+    def _plan(self) -> tuple[tuple[Slot, ...], list[Speculation]]:
+        """The running requests as the policy sees them, and what each verifies this step."""
+        running, acceptance = self.running, self.acceptance
+        if not running:
+            return (), []
+        slots = tuple(Slot(r.id, r.trace_row, r.context_len, r.generated, r.remaining)
+                      for r in running)
+        view = StepView(slots, self.pricer, acceptance.model, self.pricer.source, self.steps)
+        planned = self.policy.plan(view)
+        return slots, self.scheduler.fit([
+            acceptance.drafted(r.trace_row, r.generated, r.remaining, s, r.multiplier)
+            for r, s in zip(running, planned, strict=True)])
+
+    def _chunks(self, tree_tokens: int) -> list[tuple[Group, int]]:
+        """The prompt chunks that join a step of `tree_tokens` tree tokens."""
+        return self.scheduler.chunks(self.prefilling, tree_tokens) if self.chunked else []
+
+    def _separate(self, contexts: list[int], specs: list[Speculation], accepted: list[int],
+                  tree_tokens: int) -> tuple[float, int]:
+        """Under separate placement, the seconds of drafting redone for requests whose
+        overlapped drafting broke, and the token ids the link moves (colocated: none)."""
+        if self.pricer.link is None or not self.running:
+            return 0.0, 0
+        stale = [i for i, r in enumerate(self.running) if not r.overlap_held]
+        redo = 0.0
+        if stale:
+            redo = self.pricer.draft_s([contexts[i] for i in stale], [specs[i] for i in stale])
+        return redo, tree_tokens + sum(accepted) + len(specs)
 
     def _woken(self, kind: str) -> float:
         """The wake-up penalty (`BatchPricer.wake_s`) of a `kind` ("prefill" or "step") that
@@ -172,28 +220,26 @@ class Replica:
         self._last[kind] = self._last["step"] = self.env.now
         return self.pricer.wake_s(gap)
 
-    def _commit(self, slots: tuple[Slot, ...], specs: list[Speculation], accepted: list[int]
-                ) -> None:
-        """Append each request's tokens, observe, finish the requests that are done."""
-        now, kv, observe = self.env.now, self.kv, self.policy.observe
-        done, total = [], 0
+    def _learn(self, slots: tuple[Slot, ...], specs: list[Speculation], accepted: list[int]
+               ) -> None:
+        """The policy observes each request's outcome; under separate placement each request
+        records whether its overlapped drafting held."""
+        observe, separate = self.policy.observe, self.pricer.link is not None
         for r, slot, spec, a in zip(self.running, slots, specs, accepted, strict=True):
-            tokens = min(a + 1, r.output_len - r.generated)
-            if not r.generated:
-                r.first_token_s = now
-            r.generated += tokens
-            r.steps += 1
-            r.accepted += tokens - 1
-            r.overlap_held = a == spec.tree.depth
-            total += tokens
-            kv.grow(r, tokens)
+            if separate:
+                r.overlap_held = a == spec.tree.depth
             observe(slot, spec, a)
-            if r.generated == r.output_len:
-                done.append(r)
-        self.log.add(now, STEP_END, self.index, batch=len(self.running), tokens=total,
-                     kv_bytes=kv.used)
+
+    def _commit(self, count: int, accepted: list[int] | None) -> None:
+        """Append each request's tokens (`accepted` drafts + 1; None: plain decoding), finish
+        the requests that are done."""
+        now, kv = self.env.now, self.kv
+        if accepted is None:
+            total, done = self.batch.commit_plain(now, self.steps)
+        else:
+            total, done = self.batch.commit(now, self.steps, accepted)
+        self.log.add(now, STEP_END, self.index, -1, -1, count, total, kv.used)
         for r in done:
-            self.running.remove(r)
             r.finish_s = now
             self.log.add(now, FINISH, self.index, r.group.id, r.id, kv_bytes=kv.used)
             for child in r.children:

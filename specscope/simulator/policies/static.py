@@ -2,7 +2,9 @@
 
 `static` verifies `PolicySetup.tree` for every request at every step, drafting one level per
 depth: the tree `optimize-tree` chose (`--tree FILE`, `--algo` to pick one of the file's
-methods). Neither learns from outcomes.
+methods). Neither learns from outcomes. Both are `FixedPolicy`s: the server takes their one
+`speculation` for the whole batch instead of asking them each step, which is what makes them
+cheap to simulate.
 """
 
 from __future__ import annotations
@@ -11,20 +13,27 @@ from specscope.errors import InputError
 from specscope.simulator.policies.base import Policy, PolicySetup, Speculation, StepView
 
 
-class NoSpeculation(Policy):
+class FixedPolicy(Policy):
+    """A policy that verifies one `speculation` for every request at every step and learns
+    nothing from outcomes (it keeps `Policy.observe`)."""
+
+    speculation: Speculation
+
+    def plan(self, view: StepView) -> list[Speculation]:
+        """The one speculation for every slot."""
+        return [self.speculation] * len(view.slots)
+
+
+class NoSpeculation(FixedPolicy):
     """Autoregressive decoding: every request decodes one token per step."""
 
     name = "none"
 
     def __init__(self, setup: PolicySetup) -> None:
-        self._none = Speculation.none()
-
-    def plan(self, view: StepView) -> list[Speculation]:
-        """The root alone for every slot."""
-        return [self._none] * len(view.slots)
+        self.speculation = Speculation.none()
 
 
-class StaticTree(Policy):
+class StaticTree(FixedPolicy):
     """The same draft tree for every request at every step."""
 
     name = "static"
@@ -32,8 +41,4 @@ class StaticTree(Policy):
     def __init__(self, setup: PolicySetup) -> None:
         if setup.tree is None:
             raise InputError("--policy static needs --tree FILE (a tree or optimize-tree output)")
-        self._spec = Speculation.of(setup.tree)
-
-    def plan(self, view: StepView) -> list[Speculation]:
-        """The setup's tree for every slot."""
-        return [self._spec] * len(view.slots)
+        self.speculation = Speculation.of(setup.tree)
