@@ -154,12 +154,21 @@ def simulate_table(summary: dict[str, Any]) -> Table:
     row("TTFT ms", "ttft_ms", ",.1f")
     row("TPOT ms", "tpot_ms", ",.2f")
     row("latency s", "latency_s", ",.3f")
-    slo = summary["slo_tpot_ms"]
-    goodput = "" if slo is None else f" (TPOT ≤ {slo:g} ms: {summary['slo_met']:.0%} of requests)"
+    limits = [f"{name} ≤ {summary[key]:g} ms" for name, key in (("TTFT", "slo_ttft_ms"),
+                                                                 ("TPOT", "slo_tpot_ms"))
+              if summary.get(key) is not None]
+    goodput = (f" ({' and '.join(limits)}: {summary['slo_met']:.0%} of requests)" if limits
+               else "")
+    cost = ("" if summary.get("usd_per_million_tokens") is None else
+            f" · ${summary['usd_per_million_tokens']:,.3f} per million tokens at "
+            f"${summary['gpu_hour_usd']:g}/GPU-hour")
     table.caption = (
         f"throughput {summary['throughput_tok_s']:,.1f} tok/s · goodput "
         f"{summary['goodput_tok_s']:,.1f} tok/s{goodput} · {summary['generated_tokens']:,} "
-        f"tokens in {summary['makespan_s']:,.2f} s\naccepted drafts/step "
+        f"tokens in {summary['makespan_s']:,.2f} s\n{summary['gpus']} GPU"
+        f"{'s' if summary['gpus'] > 1 else ''}: {summary['tokens_per_s_per_gpu']:,.1f} tok/s "
+        f"per GPU, {summary['tokens_per_s_per_user']:,.1f} tok/s per user{cost}"
+        f"\naccepted drafts/step "
         f"{summary['mean_accepted']:.3f} ({summary['acceptance']}: "
         f"{summary['replayed_steps']:,} replayed, {summary['sampled_steps']:,} sampled) · batch "
         f"mean {summary['mean_batch']:.1f}, peak {summary['peak_batch']} · peak KV "
@@ -270,21 +279,19 @@ def _choice(tree: Tree | None) -> str:
 
 
 def front_table(rows: list[dict[str, Any]]) -> Table:
-    """`simulate --front`: each choice at each rate, per GPU and per user, its cost, and ★ on
-    the overall Pareto front (no point serves more tokens/s per GPU and per user at once)."""
-    table = Table(title="tokens/s per GPU against tokens/s per user over the rate ladder "
-                        "(★ on the Pareto front of every choice)", box=box.SIMPLE_HEAD)
-    for col in ("choice", "rate /s", "tok/s per GPU", "tok/s per user", "goodput per GPU",
-                "TTFT ms", "$ per M tokens"):
-        table.add_column(col, justify="left" if col == "choice" else "right")
+    """`simulate --front`: each choice at each rate, goodput per GPU and tokens/s per user, its
+    cost, and ★ on the overall Pareto front (no point serves more of both at once)."""
+    table = Table(title="goodput per GPU against tokens/s per user over the rate ladder (★: on "
+                        "the Pareto front of every choice)", box=box.SIMPLE_HEAD)
+    for col in ("choice", "rate /s", "goodput/GPU", "tok/s/user", "TTFT ms", "$/M tokens",
+                "front"):
+        table.add_column(col, justify="left" if col == "choice" else "right", no_wrap=True)
 
     def num(value: float | None, fmt: str) -> str:
         return "–" if value is None else format(value, fmt)
 
     for r in sorted(rows, key=lambda r: (r["choice"], r["rate"])):
-        table.add_row(r["choice"] + (" ★" if r["on_front"] else ""), f"{r['rate']:.2f}",
-                      num(r["tokens_per_s_per_gpu"], ",.0f"),
-                      num(r["tokens_per_s_per_user"], ",.1f"),
-                      num(r["goodput_per_gpu"], ",.0f"), num(r["mean_ttft_ms"], ",.0f"),
-                      num(r["usd_per_million_tokens"], ".3f"))
+        table.add_row(r["choice"], f"{r['rate']:.2f}", num(r["goodput_per_gpu"], ",.0f"),
+                      num(r["tokens_per_s_per_user"], ",.1f"), num(r["mean_ttft_ms"], ",.0f"),
+                      num(r["usd_per_million_tokens"], ".3f"), "★" if r["on_front"] else "")
     return table

@@ -93,7 +93,7 @@ def test_the_front_serves_each_choice_over_the_rate_ladder(cli: Cli) -> None:
     rows = serving_front(req, [0.5, 1, 4])
     assert sorted({(r["choice"], r["rate"]) for r in rows}) == sorted(
         (c, r) for c in ("static", "none") for r in (5.0, 10.0, 40.0))
-    flags = pareto([(r["tokens_per_s_per_gpu"], r["tokens_per_s_per_user"]) for r in rows])
+    flags = pareto([(r["goodput_per_gpu"], r["tokens_per_s_per_user"]) for r in rows])
     assert [r["on_front"] for r in rows] == flags and any(flags)
     assert all(r["usd_per_million_tokens"] > 0 for r in rows)
     refused(cli(*common, "--policy", "none", "--front", "0,1"), "--front")

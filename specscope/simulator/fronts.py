@@ -1,5 +1,6 @@
-"""The Pareto front of a deployment under load: tokens/s per GPU against tokens/s per user,
-over a ladder of arrival rates, for each choice a run serves (`simulate --front`).
+"""The Pareto front of a deployment under load: goodput per GPU (tokens/s per GPU of the
+requests that met the stated TTFT and TPOT limits; all tokens without limits) against tokens/s
+per user, over a ladder of arrival rates, for each choice a run serves (`simulate --front`).
 
 Every rate of the ladder (the run's `--rate` × each multiple) is simulated on its own arrivals
 (the same seed); a speculative run brings plain decoding of the same arrivals, and a schedule
@@ -40,12 +41,12 @@ def serving_front(req: SimulateRequest, multiples: Sequence[float],
                          **{k: values.get(k) for k in FRONT_KEYS}})
         if progress:
             progress(i + 1, len(multiples))
-    points = [(r["tokens_per_s_per_gpu"], r["tokens_per_s_per_user"]) for r in rows]
+    points = [(r["goodput_per_gpu"], r["tokens_per_s_per_user"]) for r in rows]
     for row, overall in zip(rows, pareto(points), strict=True):
         row["on_front"] = overall
     for choice in {r["choice"] for r in rows}:
         mine = [r for r in rows if r["choice"] == choice]
-        for row, own in zip(mine, pareto([(r["tokens_per_s_per_gpu"],
+        for row, own in zip(mine, pareto([(r["goodput_per_gpu"],
                                            r["tokens_per_s_per_user"]) for r in mine]),
                             strict=True):
             row["on_choice_front"] = own

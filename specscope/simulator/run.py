@@ -234,9 +234,10 @@ def run_simulation(req: SimulateRequest,
 
 PLAIN_KEYS = ("throughput_tok_s", "goodput_tok_s", "mean_ttft_ms", "mean_tpot_ms",
               "p99_ttft_ms", "mean_latency_s", "p99_latency_s", "mean_batch", "max_batch",
-              "tokens_per_s_per_gpu", "tokens_per_s_per_user", "usd_per_million_tokens")
+              "tokens_per_s_per_gpu", "goodput_per_gpu", "tokens_per_s_per_user",
+              "usd_per_million_tokens", "usd_per_million_good_tokens")
 """What the plain-decoding run reports beside a speculative one."""
-CHOICE_KEYS = (*PLAIN_KEYS, "gpus", "goodput_per_gpu", "usd_per_million_good_tokens")
+CHOICE_KEYS = (*PLAIN_KEYS, "gpus")
 """What `--policy schedule` reports for the schedule, its best constant and no speculation."""
 BREAK_EVEN = 0.01
 """Speculation pays when it cuts the mean latency by more than 1% and keeps the throughput
