@@ -46,9 +46,9 @@ DRIFT_RELATIVE_TO = ("control", "first")
 PROMPT_SET_SIZES = {"stdlib-code": 64, "code-edit": 64, "docstring": 64, "sql": 64}
 """Built-in prompt sets (`--prompts builtin:NAME`, `models/zoo/prompts.py`) and how many prompts
 each holds."""
-SERVED_POLICIES = ("none", "static", "dyspec", "specdecpp", "smartspec")
+SERVED_POLICIES = ("none", "static", "dyspec", "specdecpp", "smartspec", "schedule")
 """Speculation policies `serve-bench` runs for real (the simulator's names; `serving/planners`)."""
-LOAD_POLICIES = ("none", "static", "dyspec", "smartspec")
+LOAD_POLICIES = ("none", "static", "dyspec", "smartspec", "schedule")
 """Policies `validate --load` compares (specdecpp's predictor needs a trace of its own)."""
 LOAD_DRAFTERS = ("ngram", "draft")
 """Drafters `validate --load` runs: a sequence drafter on the host, a draft model."""

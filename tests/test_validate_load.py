@@ -135,6 +135,20 @@ def test_json_shape_of_a_tiny_run(tiny_doc: dict) -> None:
         assert c["simulated"]["mean_accepted"] == pytest.approx(c["measured"]["mean_accepted"])
 
 
+def test_a_schedule_runs_beside_its_best_constant() -> None:
+    req = LoadRequest("cpu-2core", "tiny-code", device="cpu", policies=("static", "schedule"),
+                      sizes=LoadSizes(requests=4, output_len=6, fractions=(), max_batch=2,
+                                      repeats=1),
+                      rates=(5.0, 50.0), threads=1)
+    doc = run_load_validate(req)
+    assert {(c["policy"], c["rate"]) for c in doc["cells"]} == {
+        (p, r) for p in ("static", "schedule") for r in (5.0, 50.0)}
+    assert doc["schedule"]["schedule"][0]["batch"][0] == 1
+    assert doc["schedule"]["schedule"][-1]["batch"][1] == 2
+    for c in doc["cells"]:
+        assert c["measured"]["throughput_tok_s"] > 0 and c["simulated"]["throughput_tok_s"] > 0
+
+
 @pytest.mark.parametrize(("change", "words"), [
     ({"model": "nope"}, "--target"),
     ({"policies": ("none", "ets-batch")}, "validate --load"),

@@ -54,6 +54,9 @@ def serve_bench(
                       Choices("specscope.names:SERVED_POLICIES")] = "none",
     tree: Annotated[Path | None, typer.Option(help="The static policy's tree: a tree JSON or "
                                                    "optimize-tree -o output.")] = None,
+    schedule: Annotated[Path | None, typer.Option(
+        "--schedule", help="--policy schedule's table: optimize-tree --schedule -o output (a "
+                           "tree, or none, per running batch size).")] = None,
     trace: Annotated[Path | None, typer.Option(help="Trace of the drafter (smartspec's "
                                                     "acceptance, specdecpp's predictor).")
                      ] = None,
@@ -96,7 +99,7 @@ def serve_bench(
     trace, vector = _acceptance_inputs(trace, acceptance)
     request = ServeBenchRequest(
         model=target, rate=rate, requests=requests, drafter=drafter, draft_model=draft_model,
-        prompts=prompts, policy=policy, tree=tree,
+        prompts=prompts, policy=policy, tree=tree, schedule=schedule,
         budget=DEFAULT_BUDGET if budget is None else budget, max_depth=max_depth,
         acceptance=None if vector is None else tuple(vector),
         trace=None if trace is None else read_trace(trace), arrivals=arrivals, cv=cv,

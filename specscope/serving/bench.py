@@ -46,9 +46,11 @@ from specscope.hw_profiles.profile import check_device_kind
 from specscope.limits import check_time
 from specscope.models import get_model
 from specscope.names import DEFAULT_BUDGET, DEFAULT_OUTPUT_LEN, SERVED_MAX_BATCH
+from specscope.schedule import Schedule
 from specscope.serving.planners import in_turn, make_planner
 from specscope.serving.server import Server, ServeRun
 from specscope.simulator.entities import Group
+from specscope.simulator.given import given_schedule
 from specscope.simulator.metrics import request_table, summarise, time_series
 from specscope.simulator.pricing import BatchPricer
 from specscope.simulator.scheduler import Limits
@@ -69,6 +71,8 @@ class ServeBenchRequest:
     prompts: str = "builtin:code-edit"
     policy: str = "none"
     tree: Path | Tree | None = None
+    schedule: Path | Schedule | None = None
+    """The schedule policy's table (`optimize-tree --schedule -o`, or a `Schedule`)."""
     budget: int = DEFAULT_BUDGET
     max_depth: int = MAX_DEPTH
     acceptance: tuple[float, ...] | None = None
@@ -162,9 +166,15 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
                   else AcceptanceModel.from_vector(list(req.acceptance), source))
     pricer = None if req.hw is None else step_pricer(req.hw, session.target.name,
                                                      session.draft, source, req.runtime)
+    if (req.schedule is None) != (req.policy != "schedule"):
+        raise InputError("--policy schedule reads its table from --schedule FILE (optimize-tree "
+                         "--schedule -o); give both or neither")
+    scheduled = given_schedule(req.schedule, session.target.name, source, req.trace is not None,
+                               req.token_budget)
     planner, max_tree = make_planner(req.policy, source, req.budget, req.max_depth, tree,
                                      acceptance, req.trace, req.seed, req.options, pricer,
-                                     in_turn if shared is None else shared.run)
+                                     in_turn if shared is None else shared.run,
+                                     None if scheduled is None else scheduled.schedule)
     limits = Limits(req.max_batch, req.token_budget, req.chunked_prefill, max_tree)
     limits.check()
     if req.policy == "none":  # plain decoding starts no drafter, as `simulate` prices it

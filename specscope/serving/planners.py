@@ -29,6 +29,7 @@ from specscope.executor.verify import Verdict
 from specscope.names import SERVED_POLICIES
 from specscope.optimizers.specdecpp import AUTHORS_THRESHOLD
 from specscope.optimizers.specdecpp_predictor import AcceptancePredictor
+from specscope.schedule import Schedule
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.policies.base import (
     Policy,
@@ -126,13 +127,13 @@ def make_planner(policy: str, source: str, budget: int, max_depth: int,
                  tree: Tree | None = None, acceptance: AcceptanceModel | None = None,
                  trace: Trace | None = None, seed: int = 0,
                  options: Mapping[str, float] | None = None,
-                 pricer: StepPricer | None = None, run: Runner = in_turn
-                 ) -> tuple[Planner, int]:
+                 pricer: StepPricer | None = None, run: Runner = in_turn,
+                 schedule: Schedule | None = None) -> tuple[Planner, int]:
     """The named policy (`SERVED_POLICIES`) for drafter `source`, and the largest tree it may
     verify per request. `smartspec` needs `acceptance` (or a `trace` holding `source`) and a
     `pricer` (the simulator's `BatchPricer` on the machine's profile), `specdecpp` a `trace`
-    holding `source` to fit its predictor on, `static` a `tree`. `run` runs the rows'
-    drafting (`in_turn`, or batching their draft forwards)."""
+    holding `source` to fit its predictor on, `static` a `tree`, `schedule` a `schedule`.
+    `run` runs the rows' drafting (`in_turn`, or batching their draft forwards)."""
     if policy not in SERVED_POLICIES:
         known = ", ".join(SERVED_POLICIES)
         raise InputError(f"--policy {policy!r} is not run for real; serve-bench runs {known}")
@@ -155,8 +156,11 @@ def make_planner(policy: str, source: str, budget: int, max_depth: int,
         acceptance = AcceptanceModel.from_vector([0.0], source)
     if policy == "smartspec" and pricer is None:
         raise InputError("--policy smartspec prices its steps on a hardware profile: give --hw")
-    setup = PolicySetup(acceptance, source, trace, tree, budget, max_depth, seed, options)
+    setup = PolicySetup(acceptance, source, trace, tree, budget, max_depth, seed, options,
+                        schedule)
     chosen = POLICIES[policy](setup)
-    largest = {"none": 1, "static": tree.size if tree is not None else 1}.get(
+    scheduled = [] if schedule is None else [b.tree.size for b in schedule.buckets if b.tree]
+    largest = {"none": 1, "static": tree.size if tree is not None else 1,
+               "schedule": max([1, *scheduled])}.get(
         policy, max(budget, tree.size if tree is not None else 1))
     return PolicyPlanner(chosen, acceptance, source, pricer, run), largest

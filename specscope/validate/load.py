@@ -13,7 +13,11 @@
    fractions of it, from light load to past saturation.
 4. Each rate × policy is run for real (`run_serve_bench`, wall clock) and simulated
    (`run_simulation`) with the same seed (so the same Poisson arrivals and output lengths), the
-   same prompts, the same limits and the same tree or budget. The real runs repeat
+   same prompts, the same limits and the same tree, budget or schedule. With the `schedule`
+   policy, its table is `optimize-tree --schedule`'s chains for the run's drafter, found on
+   the profile from the run's own trace over batch sizes 1..the run's limit, and the `static`
+   policy verifies that search's best constant chain (the bar a schedule is held to) instead
+   of a chain of `budget − 1`. The real runs repeat
    (`LoadSizes.repeats`, `--repeats`), the policies taking turns, and a cell's measured metrics
    are their mean: a shared machine's speed moves by tens of percent within a minute, and the
    p99 of a few dozen requests is nearly their maximum.
@@ -52,15 +56,18 @@ from specscope.executor.threads import use_threads
 from specscope.hw_profiles import load_profile
 from specscope.hw_profiles.deployment import deployment
 from specscope.hw_profiles.profile import check_device_kind
+from specscope.interop.schedule_search import ScheduleResult, search_schedule
 from specscope.models import get_model
 from specscope.models.zoo import zoo_specs
 from specscope.models.zoo.prompts import load_prompts
 from specscope.names import DRAFT_MODEL_DRAFTERS, LOAD_POLICIES
+from specscope.optimizers.run import OptimizeRequest, run_optimize
 from specscope.profiling.drift import machine_drift
+from specscope.schedule import Schedule
 from specscope.serving.bench import ServeBenchRequest, run_serve_bench
 from specscope.simulator.acceptance import Acceptance
 from specscope.simulator.run import SimulateRequest, run_simulation
-from specscope.trace import AcceptanceModel, Trace
+from specscope.trace import AcceptanceModel, Trace, write_trace
 from specscope.tree import Tree
 from specscope.validate.compare import DEFAULT_PROMPTS, profile_threads
 from specscope.validate.load_report import METRICS, cell, summary
@@ -164,6 +171,12 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
              + (req.rates is None))
     done = 0
     with tempfile.TemporaryDirectory() as folder:
+        plan = (None if "schedule" not in req.policies else
+                load_schedule(req, trace, source, draft_name, sizes, runtime.kind,
+                              Path(folder) / "trace.parquet"))
+        static = Tree.chain(req.budget - 1, source) if plan is None else plan.constant
+        trees = {"static": static, "schedule": None}
+        schedule = None if plan is None else plan.schedule
         # request k's prompt is the one the simulator's request k replays
         prompt_file = Path(folder) / "prompts.jsonl"
         prompt_file.write_text("".join(json.dumps({"prompt": texts[r]}) + "\n" for r in order),
@@ -174,7 +187,8 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
             result = run_serve_bench(ServeBenchRequest(
                 model=req.model, rate=rate, requests=len(tokens), drafter=req.drafter,
                 draft_model=draft_name, prompts=str(prompt_file), policy=policy,
-                tree=_tree(policy, req.budget, source), budget=req.budget, max_depth=MAX_DEPTH,
+                tree=trees.get(policy), schedule=schedule if policy == "schedule" else None,
+                budget=req.budget, max_depth=MAX_DEPTH,
                 trace=trace, output_len=str(sizes.output_len), max_batch=sizes.max_batch,
                 token_budget=req.token_budget, hw=req.hw, seed=req.seed,
                 threads=chosen.count, runtime=runtime), session)
@@ -205,7 +219,8 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
                 drift = (None if None in around[policy]
                          else float(np.exp(np.mean(np.log(around[policy])))))
                 sim = simulate(req, sizes, trace, source, draft_name, policy, rate,
-                               runtime.kind, drift or 1.0)
+                               runtime.kind, drift or 1.0, trees.get(policy),
+                               schedule if policy == "schedule" else None)
                 cells.append(cell(policy, rate, fraction, drift, sim, mean_run(runs[policy]),
                                   half_range(runs[policy])))
     return {
@@ -218,6 +233,7 @@ def run_load_validate(req: LoadRequest, progress: Progress | None = None) -> dic
         "token_budget": req.token_budget, "seed": req.seed, "saturation_rate": saturation,
         "rates": [r for r, _ in ladder], "machine_drift": probes,
         "acceptance": "replay of a greedy trace of the run's drafter on the run's prompts",
+        "schedule": None if plan is None else plan.to_dict(),
         "cells": cells, **summary(cells), "wall_s": time.perf_counter() - start,
     }
 
@@ -241,16 +257,32 @@ def half_range(runs: list[dict[str, Any]]) -> dict[str, float]:
             if _numeric(runs, key)}
 
 
+def load_schedule(req: LoadRequest, trace: Trace, source: str, draft_name: str | None,
+                  sizes: LoadSizes, runtime: str, path: Path) -> ScheduleResult:
+    """The schedule policy's table for the run: `optimize-tree --schedule`'s chains (the
+    drafter proposes one sequence) over batch sizes 1..the run's limit, on the profile, from the
+    run's own trace (written to `path`) at its mean context."""
+    write_trace(trace, path)
+    priced = draft_name if req.drafter in DRAFT_MODEL_DRAFTERS else req.drafter
+    setup = run_optimize(OptimizeRequest(
+        deployment=deployment(req.hw, target=req.model, drafter=priced, runtime=runtime,
+                              max_batch=sizes.max_batch),
+        trace_path=path, source=source, algos="chain", budget=req.budget,
+        max_depth=MAX_DEPTH)).setup
+    assert setup is not None
+    return search_schedule(setup, req.budget, sizes.max_batch, "chain")
+
+
 def simulate(req: LoadRequest, sizes: LoadSizes, trace: Trace, source: str,
-             draft_name: str | None, policy: str, rate: float, runtime: str, drift: float
-             ) -> dict[str, Any]:
+             draft_name: str | None, policy: str, rate: float, runtime: str, drift: float,
+             tree: Tree | None = None, schedule: Schedule | None = None) -> dict[str, Any]:
     """The simulated summary of one cell on the machine as it ran (`drift`: module docstring,
-    step 5)."""
+    step 5), the static policy verifying `tree`, the schedule policy reading `schedule`."""
     priced = draft_name if req.drafter in DRAFT_MODEL_DRAFTERS else req.drafter
     sim = run_simulation(SimulateRequest(
         deployment=deployment(req.hw, target=req.model, drafter=priced, runtime=runtime,
             max_batch=sizes.max_batch),
-        trace=trace, source=source, policy=policy, tree=_tree(policy, req.budget, source),
+        trace=trace, source=source, policy=policy, tree=tree, schedule=schedule,
         budget=req.budget, max_depth=MAX_DEPTH, rate=rate * drift, requests=sizes.requests,
         token_budget=req.token_budget, prompt_len="trace", output_len=str(sizes.output_len),
         seed=req.seed, against_plain=False)).summary
@@ -264,11 +296,6 @@ def dilate(summary: dict[str, Any], factor: float) -> dict[str, Any]:
         if out.get(key) is not None:
             out[key] = out[key] / factor if higher else out[key] * factor
     return out
-
-
-def _tree(policy: str, budget: int, source: str) -> Tree | None:
-    """The static policy's tree: a chain of `budget − 1` drafts (one sequence drafter's shape)."""
-    return Tree.chain(budget - 1, source) if policy == "static" else None
 
 
 def load_prompt_set(spec: str, session: Session, count: int, max_tokens: int,
