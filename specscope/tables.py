@@ -162,13 +162,14 @@ def simulate_table(summary: dict[str, Any]) -> Table:
     cost = ("" if summary.get("usd_per_million_tokens") is None else
             f" · ${summary['usd_per_million_tokens']:,.3f} per million tokens at "
             f"${summary['gpu_hour_usd']:g}/GPU-hour")
+    devices = "" if "gpus" not in summary else (
+        f"\n{summary['gpus']} GPU{'s' if summary['gpus'] > 1 else ''}: "
+        f"{summary['tokens_per_s_per_gpu']:,.1f} tok/s per GPU, "
+        f"{summary['tokens_per_s_per_user']:,.1f} tok/s per user{cost}")
     table.caption = (
         f"throughput {summary['throughput_tok_s']:,.1f} tok/s · goodput "
         f"{summary['goodput_tok_s']:,.1f} tok/s{goodput} · {summary['generated_tokens']:,} "
-        f"tokens in {summary['makespan_s']:,.2f} s\n{summary['gpus']} GPU"
-        f"{'s' if summary['gpus'] > 1 else ''}: {summary['tokens_per_s_per_gpu']:,.1f} tok/s "
-        f"per GPU, {summary['tokens_per_s_per_user']:,.1f} tok/s per user{cost}"
-        f"\naccepted drafts/step "
+        f"tokens in {summary['makespan_s']:,.2f} s{devices}\naccepted drafts/step "
         f"{summary['mean_accepted']:.3f} ({summary['acceptance']}: "
         f"{summary['replayed_steps']:,} replayed, {summary['sampled_steps']:,} sampled) · batch "
         f"mean {summary['mean_batch']:.1f}, peak {summary['peak_batch']} · peak KV "

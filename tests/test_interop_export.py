@@ -435,6 +435,9 @@ def test_export_of_a_tree_an_engine_cannot_run(cli, tmp_path: Path) -> None:
     bare = tmp_path / "bare.json"
     bare.write_text(Tree.from_rank_paths([(0,), (1,), (0, 0)]).to_json())
     code, _, err = cli("export", bare, "--to", "vllm", "--target", "llama-3.1-8b")
+    assert code == 2 and "verifies chains only" in err and "--engine-version 0.20.2" in err
+    code, _, err = cli("export", bare, "--to", "vllm", "--target", "llama-3.1-8b",
+                       "--engine-version", "0.20.2")
     assert code == 2 and "do not branch alike" in err
     code, _, err = cli("export", bare, "--to", "transformers", "--target", "x")
     assert code == 2 and "draft chains" in err
@@ -455,13 +458,15 @@ def test_an_engine_configuration_exports_again(cli, tmp_path: Path) -> None:
                        "llama-3.2-1b", "--acceptance", "0.7,0.2", "--budget", 8, "--to", "sglang",
                        "-o", plan)
     assert code == 0, err
-    code, out, err = cli("export", plan, "--to", "vllm", "--json")
+    old = ("--engine-version", "0.20.2")  # SGLang's tree branches: vLLM's last tree release
+    code, out, err = cli("export", plan, "--to", "vllm", *old, "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["tree"] == json.loads(plan.read_text())["tree"]["tree"]
     assert doc["config"]["model"] == "meta-llama/Llama-3.2-1B"  # the drafter the file priced
-    assert cli("export", plan, "--to", "vllm", "-o", again)[0] == 0
-    assert json.loads(cli("export", again, "--to", "vllm", "--json")[1])["config"] == doc["config"]
+    assert cli("export", plan, "--to", "vllm", *old, "-o", again)[0] == 0
+    assert json.loads(cli("export", again, "--to", "vllm", *old, "--json")[1])["config"] == \
+        doc["config"]
     code, _, err = cli("export", plan, "--to", "vllm", "--algo", "chain")
     assert code == 2 and "one engine configuration" in err
 

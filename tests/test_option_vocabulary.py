@@ -143,6 +143,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("optimize-tree", "--goose-budget"): "Goose's own tree size, beside the compared budget",
     ("optimize-tree", "--budgets"): "the tree sizes to choose among",
     ("optimize-tree", "--engine-version"): "the release of the --to engine an export targets",
+    ("export", "--engine-version"): "the release of the --to engine an export targets",
     ("trace import", "--draft-tokens"): "SGLang's --speculative-num-draft-tokens",
     ("trace synth", "--sources"): "the sources a synthetic trace holds",
     ("trace synth", "--length"): "a synthetic trace's positions per request",

@@ -668,7 +668,9 @@ def test_sglang_refuses_a_tree_its_top_k_never_builds(cli, tmp_path: Path) -> No
     tree = tmp_path / "gap.json"
     tree.write_text(Tree.from_rank_paths([(0,), (5,)]).to_json())
     command_refused(*cli("export", tree, "--to", "sglang", *PAIR), "ranks [0, 5]", "top-k")
-    command_refused(*cli("export", tree, "--to", "vllm", *PAIR), "levels do not branch alike")
+    command_refused(*cli("export", tree, "--to", "vllm", *PAIR), "verifies chains only")
+    command_refused(*cli("export", tree, "--to", "vllm", *PAIR, "--engine-version", "0.20.2"),
+                    "levels do not branch alike")
     command_refused(*cli("export", tree, "--to", "tensorrt-llm", *PAIR, "--export-method", "Eagle3",
                          "--drafter", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"), "ranks [0, 5]")
     fine = tmp_path / "top2.json"

@@ -29,6 +29,10 @@ def export(
                                                      "tree's source's, else the drafter the "
                                                      "file records); a head's Hugging Face id "
                                                      "for a head method.")] = None,
+    engine_version: Annotated[str | None, typer.Option(
+        "--engine-version", help="The engine's release to target (vLLM; default: the current, "
+                                 "which verifies chains only: 0.20.2 or earlier takes trees)."
+                                 )] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here."),
                       Output(inputs=("tree",))] = None,
@@ -39,7 +43,7 @@ def export(
     from specscope.interop.document import tree_export
     from specscope.tables import export_lines
 
-    doc = tree_export(tree, engine, export_method, algo, target, drafter)
+    doc = tree_export(tree, engine, export_method, algo, target, drafter, engine_version)
     if _emit(doc, as_json, output, f"{engine} {doc['method']} configuration of {tree}"):
         return
     for line in export_lines(doc):

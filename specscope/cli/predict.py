@@ -238,9 +238,10 @@ def optimize_tree(
         Choices("specscope.names:EXPORT_ENGINES")] = None,
     export_method: Annotated[ExportMethod, Needs(("to",), ())] = None,
     engine_version: Annotated[str | None, typer.Option(
-        "--engine-version", help="--to vllm --schedule: the vLLM release to target (default: "
-                                 "the current; a release before 0.24.0 takes no schedule, so "
-                                 "the best constant is written)."),
+        "--engine-version", help="The --to engine's release to target (vLLM; default: the "
+                                 "current, which verifies chains only: 0.20.2 or earlier takes "
+                                 "trees; before 0.24.0 a --schedule is written as its best "
+                                 "constant)."),
         Needs(("to",), ())] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here."),
@@ -318,7 +319,7 @@ def optimize_tree(
     if to is not None:
         from specscope.interop.document import optimized_export
 
-        exported = optimized_export(result, to, export_method)
+        exported = optimized_export(result, to, export_method, engine_version)
         summary = (f"{to} {exported['method']}: {exported['predicted']:.2f}× against "
                    f"{exported['unconstrained']:.2f}× unconstrained (n ≤ {max(sizes)})")
     if choice is not None:

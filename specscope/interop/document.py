@@ -48,8 +48,8 @@ def schedule_export(result: OptimizeResult, found: ScheduleResult, engine: str,
             "notes": list(exported.notes)}
 
 
-def optimized_export(result: OptimizeResult, engine: str, method: str | None = None
-                     ) -> dict[str, Any]:
+def optimized_export(result: OptimizeResult, engine: str, method: str | None = None,
+                     release: str | None = None) -> dict[str, Any]:
     """The best configuration `engine` runs for `result`'s setup and largest budget, and the
     unconstrained optimum: the best of every method compared, the DP over every size up to the
     budget, and the engine's own best (a family is a subset of all trees). The loss is measured
@@ -62,7 +62,7 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
     best = max([result.best, dp or best_chain(setup, budget)],
                key=lambda s: s.speedup)
     exported = module.export(Plan(setup, budget, best, result.target, result.drafter, method,
-                                  dp))
+                                  dp, release))
     if exported.score.speedup > best.speedup:
         best = exported.score
     predicted = exported.score.speedup
@@ -82,10 +82,12 @@ def optimized_export(result: OptimizeResult, engine: str, method: str | None = N
 
 
 def tree_export(path: Path, engine: str, method: str | None = None, algo: str | None = None,
-                target: str | None = None, drafter: str | None = None) -> dict[str, Any]:
+                target: str | None = None, drafter: str | None = None,
+                release: str | None = None) -> dict[str, Any]:
     """`engine`'s configuration verifying the tree in `path` (a bare tree or optimize-tree
-    output: its best result, or `algo`'s), when the engine can express it; optimize-tree's
-    recorded speedups ride along when the file holds them."""
+    output: its best result, or `algo`'s), when the engine (at `release`, None: its current
+    one) can express it; optimize-tree's recorded speedups ride along when the file holds
+    them."""
     module = engine_module(engine)
     found = read_tree_file(path, algo)
     tree = found.tree
@@ -97,6 +99,11 @@ def tree_export(path: Path, engine: str, method: str | None = None, algo: str | 
     chosen = method_for(source, method, engine, module.BY_SOURCE, module.METHODS)
     if target is None and found.target is None:
         raise InputError(f"{path} holds a bare tree: give --target (the served model)")
+    if engine == vllm.ENGINE and not tree.is_chain and (
+            vllm.release(release) > vllm.LAST_TREE_RELEASE):
+        raise InputError(f"{path}: the tree branches; vLLM {release or 'after 0.20.2'} verifies "
+                         "chains only (TREE_ATTN was removed in 0.21): give --engine-version "
+                         "0.20.2, or export a chain (optimize-tree --to vllm solves for it)")
     # the draft served: --drafter, else the source's draft model, else the drafter recorded
     named, where = drafter, "--drafter"
     if named is None and draft_model(source):

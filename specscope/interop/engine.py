@@ -51,6 +51,8 @@ class Plan:
     method: str | None = None
     dp: Score | None = None
     """The DP's best tree of at most `budget` nodes (None where only chains are priced)."""
+    release: str | None = None
+    """The engine release targeted (`--engine-version`; None: the current one)."""
 
     @property
     def source(self) -> str:

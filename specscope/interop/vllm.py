@@ -75,10 +75,11 @@ def export(plan: Plan) -> Export:
     """The best configuration vLLM can run at the plan's budget."""
     method = method_for(plan.source, plan.method, ENGINE, BY_SOURCE, METHODS)
     notes = []
-    if method in TREE_METHODS and not plan.chains_only:
+    trees = release(plan.release) <= LAST_TREE_RELEASE
+    if method in TREE_METHODS and not plan.chains_only and trees:
         branching, score = best_levels(plan.setup, plan.budget)
         family = ("trees with one branching per level (every node of depth d − 1 drafts its "
-                  "top b_d), vLLM ≤ 0.20.2 with TREE_ATTN; chains on every release")
+                  f"top b_d), vLLM {plan.release} with TREE_ATTN")
         if score.tree.size - 1 > len(branching):
             notes.append(f"a tree needs vLLM ≤ 0.20.2 with --attention-backend TREE_ATTN "
                          f"(removed in 0.21); the best chain for later releases is "
@@ -86,7 +87,9 @@ def export(plan: Plan) -> Export:
     else:
         score = best_chain(plan.setup, plan.budget)
         family = "chains (the --engine priced verifies chains only)" if plan.chains_only else (
-            f"chains ({method} proposes one continuation)")
+            f"chains ({method} proposes one continuation)" if method not in TREE_METHODS else
+            f"chains (vLLM {'.'.join(map(str, release(plan.release)))} verifies chains only; "
+            "--engine-version 0.20.2 for its trees)")
     target, draft = plan.served(ENGINE, method, SERVING)
     config = config_for(score.tree, method, draft)
     return Export(ENGINE, method, config, command(config, target), score, family, tuple(notes))
