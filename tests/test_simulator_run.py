@@ -257,3 +257,12 @@ def test_plain_decoding_holds_no_draft_model(tree_file: Path) -> None:
         deployment=deployment("h100", target="llama-3.1-8b", max_batch=16))).summary
     assert named["kv_capacity_bytes"] == unnamed["kv_capacity_bytes"]
     assert named["throughput_tok_s"] == unnamed["throughput_tok_s"]
+
+
+def test_a_uniform_output_length_wider_than_exp_allows_still_runs() -> None:
+    """The memory estimate evaluates only the workload's own length formula (the lognormal's
+    exp(b²/2) overflowed for uniform:20:90 when every formula was built)."""
+    result = run_simulation(SimulateRequest(
+        deployment=deployment("h100", target="llama-3.1-8b"), acceptance=(0.6,), rate=5.0,
+        requests=8, output_len="uniform:20:90", seed=0))
+    assert result.summary["throughput_tok_s"] > 0

@@ -381,8 +381,10 @@ def memory_estimate(workload: WorkloadSpec, batch: int) -> float:
     steps at a full `batch` of one token each (a trace's lengths count one token)."""
     sequences = workload.requests * workload.sequences_per_request
     out = workload.output
-    mean_output = {"fixed": out.a, "uniform": (out.a + out.b) / 2,
-                   "lognormal": out.a * math.exp(out.b**2 / 2), "trace": 1.0}[out.kind]
+    means: dict[str, Callable[[], float]] = {
+        "fixed": lambda: out.a, "uniform": lambda: (out.a + out.b) / 2,
+        "lognormal": lambda: out.a * math.exp(out.b**2 / 2), "trace": lambda: 1.0}
+    mean_output = means[out.kind]()  # only this kind's: another's formula may not hold here
     steps = sequences * mean_output / batch
     return sequences * (SEQUENCE_BYTES + 4 * EVENT_BYTES) + 2 * steps * EVENT_BYTES
 
