@@ -45,7 +45,7 @@ ANALYTIC_RUNS: tuple[tuple[str, str], ...] = (
     ("cost", "cost --hw h100 --target llama-3.1-8b --batch 8 --new-tokens 16 --runtime graph"),
     ("optimize-tree", "optimize-tree --hw h100 --target llama-3.1-8b --drafter llama-3.2-1b "
                       "--acceptance 0.6,0.2 --budget 8 --algo chain -o out/tree.json"),
-    ("export", "export out/tree.json --to vllm"),
+    ("export", "export out/tree.json --to vllm --algo chain"),
     ("reproduce", "reproduce examples/papers/medusa.toml -o out/reproduce.json"),
     ("trace synth", "trace synth --requests 8 --length 64 --seed 1 -o out/synthetic.parquet"),
     ("trace import", "trace import metrics.txt --from vllm-metrics -o out/acceptance.json"),
