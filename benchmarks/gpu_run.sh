@@ -5,21 +5,21 @@
 #   bash benchmarks/gpu_run.sh [--device cuda|cpu] [--merge] [--from DIR] [--budget SECONDS]
 #                              [--compile-mode MODE] [--dry-run] STAGE|all OUTDIR
 #
-# Stages, in the order `all` runs them:
+# Stages, in the order `all` runs them (the never-run issue-10 stages first; PLAN_S below):
 #   env          versions (python, torch, CUDA, driver, typer, polars, …), nvidia-smi, the carried
 #                wheels installed, the CLI run once (`generate --verify-lossless --json`, `collect`),
 #                the benchmark scripts a GPU validation runs imported (gpu_verify, peers, executor)
 #   steps-8b     llama-3.1-8b verification steps, eager and graph, contexts 256/2048/8192,
 #                n = 1…256, and prefill of 2,048 and 8,192 tokens (gpu_verify.py)
 #   compile      compiled steps at one context (256): llama-68m n = 1…8, llama-3.1-8b n = 1
-#   steps-small  llama-68m and llama-3.2-1b, eager and graph, contexts 256/2048, n = 1…64
 #   steps-ssm    mamba2-2.7b (eager, graph; n = 1…64, with the commit) and bamba-9b (eager)
+#   e2e          generate on the zoo per drafter (sequoia tree of 8, float32, checked lossless)
 #   profile      specscope profile-hw --device cuda --quick (eager and graph) on the models that
 #                validate and validate --load price (tiny-code, its draft, llama-68m)
-#   validate     specscope validate --device cuda --quick on tiny-code, against that profile
 #   load         specscope validate --load --device cuda --runtime graph --quick on tiny-code,
 #                against that profile, with --drafter ngram and --drafter draft (serving under load)
-#   e2e          generate on the zoo per drafter (sequoia tree of 8, float32, checked lossless)
+#   validate     specscope validate --device cuda --quick on tiny-code, against that profile
+#   steps-small  llama-68m and llama-3.2-1b, eager and graph, contexts 256/2048, n = 1…64
 #   summary      the issue-10 GPU checks, pass or fail, from the files above
 # and, named only: compile-long (llama-3.1-8b compiled n = 1 and 64 at context 8192).
 #
@@ -32,7 +32,9 @@
 # files OUTDIR already holds and adds to them; `all` then skips the stages stages.json says are
 # done. --from DIR first copies an earlier run's files from DIR into OUTDIR (implies --merge).
 # --budget SECONDS: `all` starts no stage that its estimate says would end past the budget, and
-# cuts a running one at it (resume with --merge). Each stage is cut at 8 minutes (cuda).
+# cuts a running one at it (resume with --merge); a cuda `all` defaults to PLAN_S (12 minutes:
+# by the estimates, env and the four never-run stages take 645 s, profile 70 more, so load and
+# the rest run only in a later call). Each stage is cut at 8 minutes (cuda).
 # --compile-mode: torch.compile's mode for the compiled steps (default, or
 # max-autotune-no-cudagraphs). --dry-run prints each stage's commands and runs nothing.
 #
@@ -49,7 +51,12 @@ usage() {
 }
 
 PROFILE_MODELS=tiny-code-draft,tiny-code,llama-68m
-STAGES=(env steps-8b compile steps-small steps-ssm profile validate load e2e summary)
+STAGES=(env steps-8b compile steps-ssm e2e profile load validate steps-small summary)
+# The stages no GPU loan has run yet come first (issue 10's items: steps-8b, compile, steps-ssm,
+# e2e), then those earlier loans ran (profile, load, validate, steps-small) while time remains.
+PLAN_S=720
+# The default budget of a cuda `all`: 12 minutes of a 15-minute loan (a start and a give-back
+# take the rest); `all` starts no stage whose estimate would end past it.
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 DEVICE=cuda
@@ -77,6 +84,7 @@ STAGE=$1
 OUT=$2
 case "$DEVICE" in cuda|cpu) ;; *) echo "gpu_run.sh: --device must be cuda or cpu" >&2; exit 2 ;; esac
 case "$BUDGET" in ''|*[!0-9]*) echo "gpu_run.sh: --budget takes whole seconds" >&2; exit 2 ;; esac
+if [ "$BUDGET" = 0 ] && [ "$DEVICE" = cuda ] && [ "$STAGE" = all ]; then BUDGET=$PLAN_S; fi
 case "$COMPILE_MODE" in default|max-autotune-no-cudagraphs) ;;
   *) echo "gpu_run.sh: --compile-mode must be default or max-autotune-no-cudagraphs" >&2
      exit 2 ;;
@@ -265,8 +273,14 @@ estimate() {
 
 if [ "$DRY" = 1 ]; then
   if [ "$STAGE" = all ]; then todo=("${STAGES[@]}"); else todo=("$STAGE"); fi
+  planned=0
   for stage in "${todo[@]}"; do
-    echo "# $stage (about $(estimate "$stage") s)"
+    planned=$((planned + $(estimate "$stage")))
+    fits=""
+    if [ "$BUDGET" -gt 0 ] && [ "$stage" != summary ] && [ "$planned" -gt "$BUDGET" ]; then
+      fits=", past the ${BUDGET} s budget: a later call"
+    fi
+    echo "# $stage (about $(estimate "$stage") s$fits)"
     stage_cmds "$stage"
   done
   exit 0

@@ -29,8 +29,10 @@ from specscope.tree import Tree
 ROOT = Path(__file__).resolve().parents[1]
 RUNBOOK = ROOT / "benchmarks" / "gpu_run.sh"
 CARRY = ROOT / ".gpu-carry"
-STAGES = ("env", "steps-8b", "compile", "steps-small", "steps-ssm", "profile", "validate", "load",
-          "e2e", "summary")
+STAGES = ("env", "steps-8b", "compile", "steps-ssm", "e2e", "profile", "load", "validate",
+          "steps-small", "summary")
+NEVER_RUN = ("steps-8b", "compile", "steps-ssm", "e2e")
+"""The issue-10 stages no GPU loan has run: a loan's first call runs them (issue 43)."""
 FILES = ("env.json", "gpu_verify.json", "profile.toml", "validate.json", "load.json",
          "stages.json", "run.log", "summary.txt")
 BLOCKER = '''"""Hides the packages named in $SPECSCOPE_BLOCKED (top-level modules, comma list) as
@@ -403,3 +405,20 @@ def test_the_cli_runs_under_the_carried_typer(tmp_path):
     shown = subprocess.run([sys.executable, "-c", "import typer; print(typer.__file__)"],
                            env=env, capture_output=True, text=True, check=True, timeout=60)
     assert shown.stdout.startswith(str(site))
+
+
+def test_a_cuda_all_runs_the_never_run_stages_first_within_12_minutes(tmp_path):
+    """The plan of one 15-minute loan (issue 43): `all` starts with env and the never-run
+    stages, then profile; by the stages' estimates they fit the default 12-minute budget, and
+    what does not fit (load, validate, steps-small) is left to a later call."""
+    done = subprocess.run(["bash", str(RUNBOOK), "--device", "cuda", "--dry-run", "all",
+                           str(tmp_path / "out")], capture_output=True, text=True, check=True,
+                          timeout=60)
+    heads = [line[2:] for line in done.stdout.splitlines() if line.startswith("# ")]
+    stages = [h.split()[0] for h in heads]
+    assert stages[:5] == ["env", *NEVER_RUN]
+    estimate = {h.split()[0]: int(h.split("about ")[1].split()[0]) for h in heads}
+    first = [s for s, h in zip(stages, heads, strict=True) if "later call" not in h]
+    assert first[:6] == ["env", *NEVER_RUN, "profile"]
+    assert sum(estimate[s] for s in first if s != "summary") <= 12 * 60
+    assert "later call" in heads[stages.index("load")]
