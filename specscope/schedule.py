@@ -175,15 +175,8 @@ def merged(choices: Sequence[tuple[int, Tree | None]], context: Range | None = N
     sizes with the same tree (equal parents, ranks and sources) merged into one range."""
     out: list[Bucket] = []
     for batch, tree in choices:
-        if out and _same(out[-1].tree, tree) and out[-1].batch[1] == batch - 1:
+        if out and out[-1].tree == tree and out[-1].batch[1] == batch - 1:
             out[-1] = Bucket((out[-1].batch[0], batch), context, tree)
         else:
             out.append(Bucket((batch, batch), context, tree))
     return out
-
-
-def _same(a: Tree | None, b: Tree | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return (a.size == b.size and bool((a.parents == b.parents).all())
-            and bool((a.ranks == b.ranks).all()) and a.sources == b.sources)

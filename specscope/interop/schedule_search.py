@@ -191,15 +191,8 @@ def _constants(setup: Setup, budget: int, family: str, chosen: list[Tree | None]
     if family == "chain":
         out += [Tree.chain(k, setup.source)
                 for k in range(1, depth_limit(budget, setup.max_depth) + 1)]
-    for tree in chosen:
-        if tree is not None and not any(t is not None and _equal(tree, t) for t in out):
-            out.append(tree)
+    out += [tree for tree in dict.fromkeys(chosen) if tree is not None and tree not in out]
     return out or [None]
-
-
-def _equal(a: Tree, b: Tree) -> bool:
-    return a.size == b.size and bool((a.parents == b.parents).all()) and bool(
-        (a.ranks == b.ranks).all()) and a.sources == b.sources
 
 
 def _speedup(setup: Setup, tree: Tree | None) -> float:

@@ -24,7 +24,7 @@ class ScheduledTree(Policy):
             raise InputError("--policy schedule needs --schedule FILE (optimize-tree --schedule "
                              "-o)")
         self._schedule = setup.schedule
-        self._by_tree: dict[int, Speculation] = {}
+        self._by_tree: dict[Tree | None, Speculation] = {}
 
     def plan(self, view: StepView) -> list[Speculation]:
         """Each slot's tree at the batch's size and the slot's context."""
@@ -34,7 +34,6 @@ class ScheduledTree(Policy):
 
     def _speculation(self, tree: Tree | None) -> Speculation:
         """One `Speculation` per distinct tree (None: the root alone)."""
-        key = id(tree)
-        if key not in self._by_tree:
-            self._by_tree[key] = Speculation.none() if tree is None else Speculation.of(tree)
-        return self._by_tree[key]
+        if tree not in self._by_tree:
+            self._by_tree[tree] = Speculation.none() if tree is None else Speculation.of(tree)
+        return self._by_tree[tree]
