@@ -24,11 +24,14 @@ class ScheduledTree(Policy):
             raise InputError("--policy schedule needs --schedule FILE (optimize-tree --schedule "
                              "-o)")
         self._schedule = setup.schedule
+        self._by_batch = all(b.context is None for b in setup.schedule.buckets)
         self._by_tree: dict[Tree | None, Speculation] = {}
 
     def plan(self, view: StepView) -> list[Speculation]:
         """Each slot's tree at the batch's size and the slot's context."""
         batch = len(view.slots)
+        if self._by_batch:  # one choice for the whole step
+            return [self._speculation(self._schedule.choice(batch))] * batch
         return [self._speculation(self._schedule.choice(batch, slot.context_len))
                 for slot in view.slots]
 
