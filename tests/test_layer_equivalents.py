@@ -1,4 +1,4 @@
-"""The per-layer device term an MoE or latent-attention layer pays (`cost.layer_equivalents`):
+"""The per-layer device term an MoE or latent-attention layer pays (`ops.layer_equivalents`):
 once per operator row over the dense Transformer layer's, so a dense model pays it once a
 layer, as the runtimes were measured, and DeepSeek-V3's layers (latent attention, shared and
 routed experts) about twice."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from specscope.hw_profiles import load_profile
-from specscope.hw_profiles.cost import DENSE_LAYER_OPS, CostModel, layer_equivalents
+from specscope.hw_profiles.cost import CostModel
 from specscope.models import get_model
-from specscope.models.ops import forward_ops, layer_ops
+from specscope.models.ops import DENSE_LAYER_OPS, forward_ops, layer_equivalents, layer_ops
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "mistral-7b", "mamba2-2.7b"])

@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -49,7 +48,7 @@ from specscope.models.ops import (
     check_tp,
     forward_ops,
     kv_cache_bytes,
-    layer_ops,
+    layer_equivalents,
     ssm_state_bytes,
     weight_bytes,
 )
@@ -285,7 +284,7 @@ class CostModel:
     @property
     def device_layers(self) -> float:
         """Layers' worth of the runtime's per-layer device term a forward pays (a mechanism
-        that runs fewer or more layer-like blocks says so here): `layer_equivalents`."""
+        that runs fewer or more layer-like blocks says so here): `ops.layer_equivalents`."""
         return layer_equivalents(self.model)
 
     @property
@@ -470,26 +469,6 @@ class CostModel:
         cache = batch * (kv_cache_bytes(spec, tokens, self.tp, self.kv_bits)
                          + ssm_state_bytes(spec))
         return (1.0 - self.offload) * self.stored_weight_bytes + cache
-
-
-DENSE_LAYER_OPS = 7
-"""Operator rows of the dense Transformer layer a runtime's per-layer device term was measured
-on: two norms, the qkv and output projections, attention, the MLP's gate-up and down."""
-
-
-@cache
-def layer_equivalents(model: ModelSpec) -> float:
-    """Layers' worth of the per-layer device term (the gaps between a layer's kernels) that a
-    forward of `model` pays: one per layer of a dense Transformer, Mamba or hybrid model, whose
-    layers the runtimes were measured on; a mixture-of-experts or latent-attention layer runs
-    more kernels (router, shared and routed experts; latent down- and up-projections and their
-    norms), so it pays the term per operator row over the dense layer's `DENSE_LAYER_OPS`:
-    Qwen3-MoE's layer 8/7, DeepSeek-V3's 15/7. Not fitted: the rule counts rows, and the
-    published MoE rows (examples/serving) are checked after it."""
-    if not (model.moe or model.mla):
-        return float(model.n_layers)
-    rows = sum(op.count for op in layer_ops(forward_ops(model, 1, 1, 1)))
-    return rows / DENSE_LAYER_OPS
 
 
 def blend(memory: Num, compute: Num, b: float) -> np.ndarray:

@@ -22,6 +22,8 @@ on every device.
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 from specscope.errors import InputError
@@ -339,6 +341,26 @@ def forward_ops(
     if spec.fused_inputs:
         ops.append(linear_op("input_proj", 1, tokens, spec.fused_inputs * d, d, ACT_BYTES, False))
     return ops
+
+
+DENSE_LAYER_OPS = 7
+"""Operator rows of the dense Transformer layer a runtime's per-layer device term was measured
+on: two norms, the qkv and output projections, attention, the MLP's gate-up and down."""
+
+
+@cache
+def layer_equivalents(model: ModelSpec) -> float:
+    """Layers' worth of the per-layer device term (the gaps between a layer's kernels) that a
+    forward of `model` pays: one per layer of a dense Transformer, Mamba or hybrid model, whose
+    layers the runtimes were measured on; a mixture-of-experts or latent-attention layer runs
+    more kernels (router, shared and routed experts; latent down- and up-projections and their
+    norms), so it pays the term per operator row over the dense layer's `DENSE_LAYER_OPS`:
+    Qwen3-MoE's layer 8/7, DeepSeek-V3's 15/7. Not fitted: the rule counts rows, and the
+    published MoE rows (examples/serving) are checked after it."""
+    if not (model.moe or model.mla):
+        return float(model.n_layers)
+    rows = sum(op.count for op in layer_ops(forward_ops(model, 1, 1, 1)))
+    return rows / DENSE_LAYER_OPS
 
 
 __all__ = ["ACT_BYTES", "OUTSIDE_LAYERS", "SCALED_FIELDS", "WEIGHT_BITS", "Num", "OpCost",
