@@ -42,9 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _point(rel_err: float, family: str = "head", engine: str = "vllm", hardware: str = "h100",
-           anchored: bool = False, assumptions: tuple[str, ...] = ()) -> Point:
+           anchored: bool = False, assumptions: tuple[str, ...] = (), partial: bool = False
+           ) -> Point:
     return Point(f"{family}-{rel_err:+.3f}", family, engine, hardware, 16, "speedup",
-                 2.0 * (1 + rel_err), 2.0, rel_err, anchored, assumptions)
+                 2.0 * (1 + rel_err), 2.0, rel_err, anchored, partial, assumptions)
 
 
 def _accuracy(points: tuple[Point, ...]) -> Accuracy:
@@ -100,6 +101,23 @@ def test_a_group_has_the_median_p90_worst_and_signed_median_of_its_rows() -> Non
     assert overall.assumed == ("draft llama-3.2-1b at # bits", *head.assumed)
 
 
+def test_partial_setups_are_counted_in_their_groups_and_summarised_apart() -> None:
+    points = (_point(0.10), _point(-0.02), _point(0.60, partial=True),
+              _point(-0.30, family="draft-model", partial=True))
+    made = PublishedSet("examples/made-up", points, tuple(group_errors(points)))
+    draft, head, overall = made.groups
+    assert (draft.partial, head.partial, overall.partial) == (1, 1, 2)
+    complete, partial = made.by_setup()
+    assert (complete.family, complete.rows, complete.median, complete.worst) == (
+        "complete", 2, pytest.approx(0.06), 0.10)
+    assert (partial.family, partial.rows, partial.worst) == ("partial", 2, 0.60)
+    assert overall.rows == 4 and overall.worst == 0.60
+    page = render_page(Accuracy((made,), (), ()))
+    assert "| `examples/made-up` | complete | 2 | 6.0% | 9.2% | 10.0% | +4.0% |" in page
+    assert "| `examples/made-up` | partial | 2 | 45.0% |" in page
+    assert "| `examples/made-up` | all | 4 |" in page
+
+
 def test_groups_are_family_engine_hardware_in_order_with_all_last() -> None:
     points = [_point(0.1, hardware="h200"), _point(0.1, engine="sglang"), _point(0.1),
               _point(0.1, family="arbitrage")]
@@ -131,7 +149,7 @@ def test_assumptions_are_labelled_in_the_order_the_tables_show_them() -> None:
 def test_the_page_shows_each_group_and_the_overall_line() -> None:
     page = render_page(_accuracy(SMALL))
     assert page.startswith(MARKER + "\n")
-    assert ("| head | vllm | h100 | 5 | 20.0% | 36.0% | 40.0% | +5.0% | 2 | 3 | A2 |"
+    assert ("| head | vllm | h100 | 5 | 20.0% | 36.0% | 40.0% | +5.0% | 2 | 3 | 0 | A2 |"
             in page.splitlines())
     assert "| **all** |  |  | 6 | 25.0% |" in page
     assert "- **A2** (2 rows): timed prefill: # ms over # tokens" in page

@@ -10,7 +10,11 @@ apply: a tree is tokens per drafted level, `"4,16,16,16,16"`, root not counted):
     tau                             mean tokens per step as published (the bonus counted when
                                     tau_includes_bonus, default true)
     draft, weight_bits, act_bits, batch, context, new_tokens, tree, runtime, images, tp,
-    baseline, baseline_tau, source, setup ("complete" or "partial")
+    baseline, baseline_tau, source
+    setup                           "complete" (default) or "partial": an input that sets the
+                                    price (τ or acceptance, the draft structure, a model, the
+                                    GPU) is not given by any reachable source for this row
+                                    (validate/accuracy.py reports such rows apart)
     ep, precision, expert_precision, kv_bits
                                     the target's expert-parallel degree and number formats, as
                                     `--ep`, `--precision`, `--expert-precision` and `--kv-bits`

@@ -6,7 +6,10 @@ A published row's relative error is predicted / published − 1 of what its sour
 speedup, or tokens/s; `Reproduced.rel_err`). Rows are grouped by family (the system that prices
 them), engine and hardware. A row is *anchored* when its τ was solved from its series' published
 batch-1 speedup (`anchor_speedup`): it tests only how the gain falls with batch; every other row
-is priced from its source's setup and τ alone. The validation runs are read back from their
+is priced from its source's setup and τ alone. A row whose setup is *partial* (`setup =
+"partial"`: an input that sets its price, its τ, draft structure, a model or the GPU, is not given
+by any reachable source) is kept in every table and reported apart in the summary, beside the rows
+whose setups are complete. The validation runs are read back from their
 files (`validate.committed`), never re-run. Tables are sorted and numbers printed to fixed
 precision, so the same files give the same page, byte for byte.
 """
@@ -66,6 +69,7 @@ class Point:
     published: float
     rel_err: float
     anchored: bool
+    partial: bool
     assumptions: tuple[str, ...]
 
 
@@ -75,7 +79,8 @@ def point(row: Reproduced) -> Point:
     predicted, published = row.figures
     return Point(case.name, case.system, case.engine or DEFAULT_ENGINE, case.hw, case.batch,
                  row.compared, predicted, published, row.rel_err,
-                 case.anchor_speedup is not None, tuple(row.prediction.assumptions))
+                 case.anchor_speedup is not None, case.setup == "partial",
+                 tuple(row.prediction.assumptions))
 
 
 def assumption_kind(text: str) -> str:
@@ -88,7 +93,8 @@ def assumption_kind(text: str) -> str:
 class GroupError:
     """The error of a group of rows (one family × engine × hardware, or "all"): |relative
     error| median, p90 and worst, the median signed error (above 0: specscope predicts more
-    than was published), how many rows were anchored, and the kinds of assumption made."""
+    than was published), how many rows were anchored and how many have partial setups, and the
+    kinds of assumption made."""
 
     family: str
     engine: str
@@ -99,6 +105,7 @@ class GroupError:
     worst: float
     signed_median: float
     anchored: int
+    partial: int
     assumed: tuple[str, ...]
 
     @property
@@ -114,7 +121,7 @@ def group_error(points: Sequence[Point], family: str, engine: str, hardware: str
     return GroupError(family, engine, hardware, int(stats["count"]),
                       float(stats["median_rel_err"]), float(stats["p90_rel_err"]),
                       float(stats["max_rel_err"]), float(np.median([p.rel_err for p in points])),
-                      sum(p.anchored for p in points),
+                      sum(p.anchored for p in points), sum(p.partial for p in points),
                       tuple(sorted({assumption_kind(a) for p in points for a in p.assumptions})))
 
 
@@ -142,6 +149,13 @@ class PublishedSet:
         """The error over every row of the set."""
         return self.groups[-1]
 
+    def by_setup(self) -> list[GroupError]:
+        """The error over the rows whose setups are complete, then over the partial ones (each
+        where the set has any), labelled by family "complete" and "partial"."""
+        kinds = (("complete", False), ("partial", True))
+        return [group_error(rows, label, "", "") for label, partial in kinds
+                if (rows := [p for p in self.points if p.partial == partial])]
+
 
 @dataclass(frozen=True)
 class Accuracy:
@@ -163,13 +177,16 @@ class Accuracy:
     def headline(self) -> str:
         """One line: each published set's rows and median |error|."""
         return "; ".join(f"{s.folder} {s.overall.rows} rows, |error| median "
-                         f"{s.overall.median:.1%}" for s in self.published)
+                         f"{s.overall.median:.1%} ("
+                         + ", ".join(f"{g.family} {g.rows}: {g.median:.1%}" for g in s.by_setup())
+                         + ")" for s in self.published)
 
     def to_dict(self) -> dict[str, Any]:
         """The `--json` document: per published set its groups, overall error and rows; the
         validation runs and step-time fits as read."""
         return {
             "published": [{"set": s.folder, "overall": asdict(s.overall),
+                           "by_setup": [asdict(g) for g in s.by_setup()],
                            "groups": [asdict(g) for g in s.groups[:-1]],
                            "points": [asdict(p) for p in s.points]} for s in self.published],
             "validation": {"load": [asdict(r) for r in self.load_runs],
@@ -213,6 +230,14 @@ PUBLISHED_METHOD = (
     "the gain falls with batch. Every other row is priced from its source alone. What each "
     "price assumed is listed below the tables (the A-labels); each file's comments cite its "
     "source, and `specscope reproduce FILE` prints every row's terms.")
+SETUP_METHOD = (
+    "A row's setup is *partial* when an input that sets its price is not given by any reachable "
+    "source for that row: its τ or acceptance (assumed, or borrowed from another paper, model, "
+    "dataset or temperature), its draft structure (chain, tree, heads, the drafter's shape), a "
+    "model (priced as another catalogue model) or the GPU (not stated). Lesser priors (prompt "
+    "and output lengths, a conventional dtype, the GPU's memory variant) leave a setup complete; "
+    "they are listed with the rest below. Partial rows stay in every table; the summary reports "
+    "them apart.")
 LOAD_METHOD = (
     "`validate --load` serves the zoo's tiny-code target for real in specscope's "
     "continuous-batching server (plain decoding, a static chain and SmartSpec, and DySpec with "
@@ -246,25 +271,27 @@ def render_page(acc: Accuracy) -> str:
              "measured. Regenerate this page with `specscope accuracy` in the repository root; "
              "`specscope accuracy --check` exits 1 when it is out of date.", "",
              "## Summary", "",
-             *_table(["set", "rows", "median \\|err\\|", "p90 \\|err\\|", "worst \\|err\\|",
-                      "median signed"], "lrrrrr",
-                     [[f"`{s.folder}`", str(s.overall.rows), _pct(s.overall.median),
-                       _pct(s.overall.p90), _pct(s.overall.worst),
-                       _signed(s.overall.signed_median)] for s in acc.published]),
+             *_table(["set", "setups", "rows", "median \\|err\\|", "p90 \\|err\\|",
+                      "worst \\|err\\|", "median signed"], "llrrrrr",
+                     [[f"`{s.folder}`", g.family, str(g.rows), _pct(g.median), _pct(g.p90),
+                       _pct(g.worst), _signed(g.signed_median)]
+                      for s in acc.published for g in (*s.by_setup(), s.overall)]),
+             "", SETUP_METHOD,
              "", "## Published speedups", "", PUBLISHED_METHOD, ""]
     for s in acc.published:
         lines += [f"### `{s.folder}`", "", _describe(s), "",
                   *_table(["family", "engine", "hardware", "rows", "median \\|err\\|",
                            "p90 \\|err\\|", "worst \\|err\\|", "median signed", "anchored",
-                           "from source", "assumed"], "lllrrrrrrrl",
+                           "from source", "partial", "assumed"], "lllrrrrrrrrl",
                           [[g.family, g.engine, g.hardware, str(g.rows), _pct(g.median),
                             _pct(g.p90), _pct(g.worst), _signed(g.signed_median),
-                            str(g.anchored), str(g.from_source),
+                            str(g.anchored), str(g.from_source), str(g.partial),
                             ", ".join(ids[k][0] for k in g.assumed)] for g in s.groups[:-1]]
                           + [["**all**", "", "", str(s.overall.rows),
                               _pct(s.overall.median), _pct(s.overall.p90),
                               _pct(s.overall.worst), _signed(s.overall.signed_median),
-                              str(s.overall.anchored), str(s.overall.from_source), ""]]), ""]
+                              str(s.overall.anchored), str(s.overall.from_source),
+                              str(s.overall.partial), ""]]), ""]
     lines += ["### Assumptions", "",
               "What the rows' prices assumed (the lines `specscope reproduce` prints under each "
               "row), by kind with values shown as #, and how many rows assume each:", "",
