@@ -8,11 +8,10 @@ Groups:
   (docs/hardware.md#measured-data).
 - gpt-fast A100 (held out): later rows of the same README on the same 330 W machine, never fitted.
 - lmdeploy A100: TurboMind fp16 static batch-1 generation, output tokens / request time.
-- TensorRT-LLM A100: fp16 batch-1 time to first token (one forward over the prompt).
-lmdeploy and TensorRT-LLM ran their own kernels and collectives on A100s not reported as
-power-limited, so their rows test how far the gpt-fast calibration (330 W) transfers to other
-software; prefill latency also tests the compute side, which no fitted row exercises. Engines
-that split the lm_head over tensor-parallel ranks are priced so.
+lmdeploy ran its own kernels and collectives on A100s not reported as power-limited, so its rows
+test how far the gpt-fast calibration (330 W) transfers to other software. Engines that split the
+lm_head over tensor-parallel ranks are priced so. First-token (prefill) figures, TensorRT-LLM's
+among them, are in benchmarks/prefill.py.
 
 No batch-1 decode figure for H100 or H200 with a citable table was found with the project's
 search tools (NVIDIA's H100 tables are large-batch throughput or FP8 first-token latency, which
@@ -33,12 +32,11 @@ from specscope.profiling.fit import GPTFAST_A100, load_published
 GPTFAST = "github.com/pytorch-labs/gpt-fast README (A100-80GB, 330 W), batch 1"
 GPTFAST_NEW = "github.com/meta-pytorch/gpt-fast README, Llama-3.1 and TP+quantization tables"
 LMDEPLOY = "github.com/InternLM/lmdeploy docs/en/benchmark/a100_fp16.md (v0.1.0a1), batch 1"
-TRTLLM = "github.com/NVIDIA/TensorRT-LLM docs/source/performance.md, Low Latency (v0.5) A100 FP16"
 
 
 @dataclass(frozen=True)
 class Figure:
-    """One published figure: decode tok/s, generation tok/s, or first-token latency (ms)."""
+    """One published figure: decode tok/s or generation tok/s."""
 
     group: str
     source: str
@@ -70,10 +68,6 @@ def figures() -> list[Figure]:
                 ("llama-2-70b", 4, 2048, 2048, 31.90)]
     rows += [Figure("lmdeploy A100", LMDEPLOY, m, "generate tok/s", v, 16, tp, p, o, True)
              for m, tp, p, o, v in lmdeploy]
-    trtllm = [("llama-2-7b", 1, 128, 16.0), ("llama-2-7b", 1, 2048, 133.0),
-              ("llama-2-70b", 4, 128, 47.0), ("llama-2-70b", 4, 2048, 377.0)]
-    rows += [Figure("TensorRT-LLM A100", TRTLLM, m, "first token ms", v, 16, tp, p, 1, True)
-             for m, tp, p, v in trtllm]
     return rows
 
 
@@ -85,8 +79,6 @@ def predict(fig: Figure) -> float:
     model = CostModel(hw, get_model(fig.model), fig.weight_bits, fig.tp, group_size=32)
     if fig.metric == "decode tok/s":
         return 1.0 / model.forward_time(1, 1, fig.prompt + fig.output)
-    if fig.metric == "first token ms":
-        return model.forward_time(1, fig.prompt, 0) * 1e3
     decode = model.forward_time(1, 1, fig.prompt + np.arange(fig.output - 1))
     return fig.output / (model.forward_time(1, fig.prompt, 0) + float(np.sum(decode)))
 
