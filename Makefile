@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 RAY_STAMP := $(VENV)/.ray-stamp
 
-.PHONY: demo test lint bench clean chromium gpu-carry
+.PHONY: demo test lint bench clean chromium gpu-carry research-loops
 
 # The executor extra (pyproject.toml) gives ranges; make pins the versions the suite runs with:
 # torch's CPU wheel, so that torch>=2.5 can never resolve to a CUDA build, and transformers.
@@ -75,5 +75,31 @@ lint: $(STAMP)
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/optimizers.py
 
+# benchmarks/research_loops.py times EAGLE-2's and Medusa's own loops in a venv of their own: their
+# copied Llama code needs transformers 4.x (4.57.6, the newest 4.x; 5.0 fails in their
+# modeling_llama_kv.py, rope_scaling["type"]), and their pins (accelerate, fschat, gradio, protobuf)
+# are not runtime needs, so they install without dependencies beside torch's CPU wheel. EAGLE-2 is
+# not on PyPI (eagle-llm 1.2.1 is EAGLE-1): the last EAGLE-2-only commit, from GitHub or a local
+# archive of it (EAGLE_SRC=path).
+RESEARCH_VENV := .venv-research
+RESEARCH_STAMP := $(RESEARCH_VENV)/.installed-stamp
+EAGLE_COMMIT := 79d6f7900be89d8d8cabe2d14be929d9b3861a21
+EAGLE_SRC ?= git+https://github.com/SafeAILab/EAGLE@$(EAGLE_COMMIT)
+RESEARCH_PINS := torch==2.13.0 transformers==4.57.6 rich numpy
+
+$(RESEARCH_STAMP):
+	$(PYTHON) -m venv $(RESEARCH_VENV)
+	$(RESEARCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		$(RESEARCH_PINS) 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+	$(RESEARCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+		"$(EAGLE_SRC)" medusa-llm==0.1 2>&1 \
+		| grep -v "is ignored: it is neither a file nor a directory" || true
+	$(RESEARCH_VENV)/bin/python -c "import torch, eagle.model.ea_model, medusa.model.medusa_model; \
+		assert torch.__version__.startswith('2.13.0')"
+	touch $(RESEARCH_STAMP)
+
+research-loops: $(STAMP) $(RESEARCH_STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/research_loops.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis $(GPU_CARRY)
+	rm -rf $(VENV) $(RESEARCH_VENV) .pytest_cache .ruff_cache .hypothesis $(GPU_CARRY)

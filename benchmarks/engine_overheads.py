@@ -20,43 +20,91 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 
 import torch
-from executor import fastest_ms  # benchmarks/executor.py (scripts run from benchmarks/)
 from rich.console import Console
 from rich.table import Table
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-from specscope.models import get_model
-from specscope.models.spec import ModelSpec
-from specscope.models.torch.transformer import Transformer
+# benchmarks/research_loops.py imports this module in .venv-research, which has transformers but
+# not specscope: what needs specscope (or benchmarks/executor.py, which imports it) imports it
+# where it is used.
 
 console = Console(width=120)
 
+TINY = {"vocab_size": 512, "heads": 4, "ff_mult": 4, "max_seq_len": 512, "norm_eps": 1e-6}
+"""The tiny shape both stacks are timed at: llama-68m's architecture at width d (so the time is
+operator dispatch), 4 heads, a 512-token vocabulary."""
 
-def tiny_spec(layers: int, d_model: int = 64) -> ModelSpec:
-    """llama-68m's architecture at `layers` layers and width `d_model`."""
+
+def tiny_spec(layers: int, d_model: int = 64):
+    """llama-68m's architecture at `layers` layers and width `d_model` (a specscope ModelSpec)."""
+    from specscope.models import get_model
+
     base = get_model("llama-68m")
     return dataclasses.replace(base, name=f"tiny-{layers}", n_layers=layers, d_model=d_model,
-                               n_heads=4, n_kv_heads=4, head_dim=d_model // 4,
-                               d_ff=4 * d_model, vocab_size=512, max_seq_len=512)
+                               n_heads=TINY["heads"], n_kv_heads=TINY["heads"],
+                               head_dim=d_model // TINY["heads"], d_ff=TINY["ff_mult"] * d_model,
+                               vocab_size=TINY["vocab_size"], max_seq_len=TINY["max_seq_len"],
+                               norm_eps=TINY["norm_eps"])
 
 
-def hf_model(spec: ModelSpec) -> LlamaForCausalLM:
-    """A random-weight transformers Llama of `spec`'s shape."""
-    config = LlamaConfig(vocab_size=spec.vocab_size, hidden_size=spec.d_model,
-                         intermediate_size=spec.d_ff, num_hidden_layers=spec.n_layers,
-                         num_attention_heads=spec.n_heads, num_key_value_heads=spec.n_kv_heads,
-                         max_position_embeddings=spec.max_seq_len, rms_norm_eps=spec.norm_eps,
-                         tie_word_embeddings=False)
+def tiny_llama_config(layers: int, d_model: int = 64) -> LlamaConfig:
+    """transformers' LlamaConfig of `tiny_spec(layers, d_model)`'s shape (no specscope needed)."""
+    return LlamaConfig(vocab_size=TINY["vocab_size"], hidden_size=d_model,
+                       intermediate_size=TINY["ff_mult"] * d_model, num_hidden_layers=layers,
+                       num_attention_heads=TINY["heads"], num_key_value_heads=TINY["heads"],
+                       max_position_embeddings=TINY["max_seq_len"], rms_norm_eps=TINY["norm_eps"],
+                       tie_word_embeddings=False)
+
+
+def hf_model(layers: int, d_model: int = 64) -> LlamaForCausalLM:
+    """A random-weight transformers Llama of `tiny_llama_config(layers, d_model)`."""
     torch.manual_seed(0)
-    return LlamaForCausalLM(config).eval()
+    return LlamaForCausalLM(tiny_llama_config(layers, d_model)).eval()
+
+
+def hf_layer_step(layers: int) -> Callable[[], None]:
+    """One cached forward of one token through a `layers`-layer tiny transformers Llama after a
+    32-token prefill (the cache cropped back after each call), for timing."""
+    model = hf_model(layers)
+    cache = DynamicCache()
+    with torch.inference_mode():
+        model(torch.arange(1, 33).unsqueeze(0), past_key_values=cache, use_cache=True)
+    token = torch.tensor([[7]])
+
+    @torch.inference_mode()
+    def step() -> None:
+        model(token, past_key_values=cache, use_cache=True)
+        cache.crop(-1)
+
+    return step
+
+
+def specscope_layer_step(layers: int) -> Callable[[], None]:
+    """The same through specscope's Transformer of `tiny_spec(layers)`."""
+    from specscope.models.torch.transformer import Transformer
+
+    ours = Transformer(tiny_spec(layers)).eval()
+    ours.setup_caches(1, 64)
+    with torch.inference_mode():
+        ours.prefill(torch.arange(1, 33).unsqueeze(0))
+    token, pos = torch.tensor([[7]]), torch.tensor([32])
+
+    @torch.inference_mode()
+    def step() -> None:
+        ours(token, pos)
+
+    return step
 
 
 @torch.inference_mode()
 def per_token(tokens: int, repeats: int) -> tuple[float, float]:
     """(generate, hand loop) seconds per generated token of a 2-layer tiny Llama."""
-    model = hf_model(tiny_spec(2))
+    from executor import fastest_ms  # benchmarks/executor.py (scripts run from benchmarks/)
+
+    model = hf_model(2)
     prompt = torch.arange(1, 33).unsqueeze(0)
 
     def generate() -> None:
@@ -73,32 +121,13 @@ def per_token(tokens: int, repeats: int) -> tuple[float, float]:
     return fastest_ms(generate, repeats) / 1e3 / tokens, fastest_ms(loop, repeats) / 1e3 / tokens
 
 
-@torch.inference_mode()
 def per_layer(repeats: int) -> tuple[float, float]:
     """(transformers, specscope) host seconds per decoder layer of a one-token cached forward."""
-    times = {}
-    for layers in (2, 10):
-        spec = tiny_spec(layers)
-        hf = hf_model(spec)
-        out = hf(torch.arange(1, 33).unsqueeze(0), use_cache=True)
-        cache = out.past_key_values
-        token = torch.tensor([[7]])
+    from executor import fastest_ms
 
-        def hf_step(hf=hf, cache=cache, token=token) -> None:
-            hf(token, past_key_values=cache, use_cache=True)
-            if hasattr(cache, "crop"):  # a Cache grows in place; legacy tuples do not
-                cache.crop(-1)
-
-        ours = Transformer(spec).eval()
-        ours.setup_caches(1, 64)
-        ours.prefill(torch.arange(1, 33).unsqueeze(0))
-        pos = torch.tensor([32])
-
-        def our_step(ours=ours, token=token, pos=pos) -> None:
-            ours(token, pos)
-
-        times[layers] = (fastest_ms(hf_step, repeats * 5) / 1e3,
-                          fastest_ms(our_step, repeats * 5) / 1e3)
+    times = {layers: (fastest_ms(hf_layer_step(layers), repeats * 5) / 1e3,
+                      fastest_ms(specscope_layer_step(layers), repeats * 5) / 1e3)
+             for layers in (2, 10)}
     return tuple((times[10][i] - times[2][i]) / 8 for i in (0, 1))
 
 
