@@ -3,7 +3,7 @@ the measured source of the `research-hf` and `hf-eager` engines' loop terms
 (specscope/hw_profiles/data/engines/), which otherwise assume specscope's own loop's.
 
 Run: make research-loops (builds .venv-research, then runs both parts), or
-     .venv/bin/python benchmarks/research_loops.py [--quick] [--repeats 5] [--steps 40]
+     .venv/bin/python benchmarks/research_loops.py [--quick] [--repeats 7] [--steps 48]
        [--research-python .venv-research/bin/python]
 
 Three loops, each on small random-weight Llama configs built from config objects (no downloads;
@@ -14,19 +14,23 @@ d = 64, so the time is operator dispatch, the host work a GPU's launches would h
   transformers 4.x); the draft is its one-layer `cnets.Model`; varied: depth, top_k, total_token.
 - Medusa (medusa-llm 0.1: medusa/model/medusa_model.py `MedusaModel.medusa_generate`) in the same
   env; varied: the heads and their choices (`medusa_choices`, a cartesian tree).
+  Each EAGLE and Medusa configuration runs twice: on random weights (nothing accepted) and with the
+  LM head zeroed (`AGREE`: every drafted token the tie-broken top-k keeps is accepted), so the
+  fit can separate a per-accepted-token term.
 - Hugging Face assisted generation (`generate(assistant_model=...)`, transformers of .venv) with a
-  constant number of drafted tokens k, a draft of other weights (≈ nothing accepted) and the
-  target's own weights (all accepted).
+  constant number of drafted tokens k, a draft of other weights (nothing accepted) and a copy of
+  the target's weights (about 0.7 tokens accepted a step: a measured regressor, like all).
 
 Each forward of the target (decoder stack, LM head), the draft (EAGLE's `ea_layer`, the LM head it
 calls; HF's assistant) and Medusa's heads is wrapped with a perf_counter clock (CPU is synchronous,
 so that is the forward's wall time); a step is the interval between two verifications' target
-forwards, its host time that interval less the forwards begun in it. Per configuration the mean
-host time per step is fitted by least squares, one fit per repeat (configurations interleaved), to
-`LoopCosts` terms (specscope/hw_profiles/loop.py); each term is reported as the median and min-max
-over repeats, and as a ratio to its stack's decoder-layer issue time (transformers' LlamaModel of
-that env, slope over 2 and 10 layers at d = 64: benchmarks/engine_overheads.py `hf_layer_step`),
-beside specscope's own Transformer layer measured the same way in .venv (`reference_layer_us`).
+forwards, its host time that interval less the forwards begun in it. Per configuration the median
+host time per step (a step the shared machine stalled does not count) is fitted by least squares,
+one fit per repeat (configurations interleaved), to `LoopCosts` terms
+(specscope/hw_profiles/loop.py); each term is reported as the median and min-max over repeats, as
+a ratio to its stack's decoder-layer issue time (transformers' LlamaModel of that env, slope over 2
+and 10 layers at d = 64: benchmarks/engine_overheads.py `hf_layer_step`) and as a ratio to
+specscope's own Transformer layer measured the same way in .venv (`reference_layer_us`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -51,21 +56,27 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "benchmarks" / "results" / "research-loops.txt"
 
 TERMS = {
-    "EAGLE-2": ("step_us", "level_us", "node_us", "tree_node_us"),
-    "Medusa": ("step_us", "level_us", "tree_node_us"),
+    "EAGLE-2": ("step_us", "level_us", "node_us", "tree_node_us", "accepted_us"),
+    "Medusa": ("step_us", "level_us", "tree_node_us", "accepted_us"),
     "HF assisted": ("step_us", "level_us", "accepted_us"),
 }
-"""Each loop's fitted terms, in the order of its configurations' regressors (`Config.x`):
-step_us per step; level_us per draft level (EAGLE: its depth + 1 draft forwards; Medusa: per head;
-HF: per drafted token); node_us per further node a level forwards (EAGLE: depth × (top_k − 1));
+"""Each loop's fitted terms, in the order of its records' regressors (`Record.x`: a
+configuration's `Config.x`, then the tokens accepted per step as measured): step_us per step;
+level_us per draft level (EAGLE: its depth + 1 draft forwards; Medusa: per head; HF: per drafted
+token, as counted); node_us per further node a level forwards (EAGLE: depth × (top_k − 1));
 tree_node_us per verified tree node (EAGLE's total_token, Medusa's tree size: the per-node Python
 building the tree mask, position ids and retrieve indices); accepted_us per token accepted."""
+
+AGREE = "agreeing"
+"""A configuration whose LM head (and Medusa's heads' last layer) is zeroed: every logit ties, the
+target always predicts token 0 and the drafts propose it, so drafted tokens are accepted (random
+weights accept none); the forwards and the loop's operations are the same, the acceptance not."""
 
 
 @dataclass(frozen=True)
 class Config:
-    """One configuration of a loop: its name, its regressors (per step, `TERMS`' order) and the
-    arguments that build it."""
+    """One configuration of a loop: its name, its regressors per step (`TERMS`' order, the
+    accepted tokens left out: they are measured) and the arguments that build it."""
 
     loop: str
     name: str
@@ -75,8 +86,9 @@ class Config:
 
 @dataclass(frozen=True)
 class Record:
-    """A configuration's timed run in one repeat: steps, mean tokens accepted per step (drafted
-    tokens kept, the bonus token not counted) and seconds per step in forwards and host work."""
+    """A configuration's timed run in one repeat: its regressors (`TERMS`), steps, mean tokens
+    accepted per step (drafted tokens kept, the bonus token not counted) and the median seconds
+    per step in forwards and host work."""
 
     loop: str
     config: str
@@ -133,27 +145,28 @@ def fit_repeats(records: Sequence[Record], loop: str) -> Fit:
                len({r.config for r in mine}))
 
 
-def tables(records: Sequence[Record], layers_us: dict[str, float],
+def tables(records: Sequence[Record], layers_us: dict[str, float], reference_us: float,
            extras: dict[str, tuple[float, float, float]], title: str) -> list[Table]:
-    """The terms table (each loop's fit, ratio to its stack's layer µs `layers_us[loop]`, plus
-    `extras`: (loop, term) → (median, low, high) µs measured outside the fit) and the
-    per-configuration table."""
+    """The terms table (each loop's fit, as ratios to its stack's layer µs `layers_us[loop]` and
+    to specscope's layer `reference_us`, plus `extras`: "loop/term" → (median, low, high) µs
+    measured outside the fit) and the per-configuration table."""
     fits = [fit_repeats(records, loop) for loop in TERMS if any(r.loop == loop for r in records)]
     terms = Table(title=title)
-    for col in ("loop", "term", "µs median", "spread (min–max)", "× layer", "n configs",
-                "fit RMS µs"):
+    for col in ("loop", "term", "µs median", "spread (min–max)", "× its layer",
+                "× specscope layer", "n configs", "fit RMS µs"):
         terms.add_column(col, justify="left" if col in ("loop", "term") else "right")
     for fit in fits:
         layer = layers_us.get(fit.loop)
         for name, med, low, high in zip(fit.names, fit.median, fit.low, fit.high, strict=True):
             terms.add_row(fit.loop, name, f"{med:.1f}", f"{low:.1f}–{high:.1f}",
-                          f"{med / layer:.2f}" if layer else "-", str(fit.configs),
-                          f"{fit.residual_us:.1f}")
+                          f"{med / layer:.2f}" if layer else "-", f"{med / reference_us:.2f}",
+                          str(fit.configs), f"{fit.residual_us:.1f}")
     for key, (med, low, high) in extras.items():
         loop, name = key.split("/")
         layer = layers_us.get(loop)
         terms.add_row(loop, name, f"{med:.1f}", f"{low:.1f}–{high:.1f}",
-                      f"{med / layer:.2f}" if layer else "-", "-", "-")
+                      f"{med / layer:.2f}" if layer else "-", f"{med / reference_us:.2f}", "-",
+                      "-")
     per = Table(title="Per configuration (medians over repeats; predicted: the fit's median terms)")
     for col in ("loop", "configuration", "steps", "accepted/step", "forward ms/step",
                 "host ms/step", "predicted host ms"):
@@ -192,20 +205,22 @@ class ForwardClock:
         module.forward = timed
 
     def steps(self, boundary: str = "target") -> tuple[int, float, float, dict[str, float]]:
-        """(steps, forward s per step, host s per step, calls per step of each kind) over the
-        intervals between successive `boundary` calls after the first two (the first: a prefill,
-        or a step with the prompt); the last interval, which ends at no verification, is left
-        out."""
+        """(steps, median forward s per step, median host s per step, mean calls per step of
+        each kind) over the intervals between successive `boundary` calls after the first two
+        (the first: a prefill, or a step with the prompt); the last interval, which ends at no
+        verification, is left out. Medians: a step the shared machine stalled does not count."""
         starts = [s for kind, s, _ in self.calls if kind == boundary]
         if len(starts) < 4:
             raise ValueError(f"{len(starts)} verifications: too few steps to time")
-        lo, hi = starts[1], starts[-1]
-        inside = [(kind, s, e) for kind, s, e in self.calls if lo <= s < hi]
-        forward = sum(e - s for _, s, e in inside)
+        forward, host = [], []
+        for lo, hi in pairwise(starts[1:]):
+            spent = sum(e - s for _, s, e in self.calls if lo <= s < hi)
+            forward.append(spent)
+            host.append(hi - lo - spent)
+        inside = [kind for kind, s, _ in self.calls if starts[1] <= s < starts[-1]]
         steps = len(starts) - 2
-        counts = {kind: sum(1 for k, *_ in inside if k == kind) / steps
-                  for kind in {k for k, *_ in inside}}
-        return steps, forward / steps, (hi - lo - forward) / steps, counts
+        counts = {kind: inside.count(kind) / steps for kind in set(inside)}
+        return steps, statistics.median(forward), statistics.median(host), counts
 
 
 def layer_us(make_step: Callable[[int], Callable[[], None]], repeats: int) -> float:
@@ -236,24 +251,26 @@ PROMPT = 32
 
 
 def eagle_configs(quick: bool) -> list[Config]:
-    """EAGLE-2's (depth, top_k, total_token) grid; regressors: 1, depth + 1 draft forwards,
-    depth × (top_k − 1) further nodes, total_token tree nodes."""
+    """EAGLE-2's (depth, top_k, total_token) grid, each also `AGREE`ing; regressors: 1, depth + 1
+    draft forwards, depth × (top_k − 1) further nodes, total_token tree nodes."""
     grid = ([(2, 4, 12), (5, 4, 24), (2, 8, 24), (5, 8, 12), (3, 6, 40)] if quick else
             [(d, k, n) for d in (2, 4, 6) for k in (4, 8) for n in (12, 32)])
-    return [Config("EAGLE-2", f"depth {d}, top_k {k}, total_token {n}",
+    return [Config("EAGLE-2", f"depth {d}, top_k {k}, total_token {n}" + (f", {AGREE}" * agree),
                    (1.0, d + 1.0, d * (k - 1.0), float(n)),
-                   {"depth": d, "top_k": k, "total_token": n}) for d, k, n in grid]
+                   {"depth": d, "top_k": k, "total_token": n, "agree": agree})
+            for agree in (False, True) for d, k, n in grid]
 
 
 def medusa_configs(quick: bool) -> list[Config]:
-    """Medusa's `medusa_choices` (1 for the base token, then each head's top-k); regressors: 1,
-    heads, tree nodes (Σ of the choices' cumulative products)."""
+    """Medusa's `medusa_choices` (1 for the base token, then each head's top-k), each also
+    `AGREE`ing; regressors: 1, heads, tree nodes (Σ of the choices' cumulative products)."""
     choices = ([[1, 3], [1, 2, 2], [1, 5, 3], [1, 2, 2, 2]] if quick else
                [[1, 2], [1, 6], [1, 2, 2], [1, 4, 3], [1, 7, 6], [1, 2, 2, 2], [1, 4, 2, 2],
                 [1, 2, 2, 2, 2], [1, 3, 2, 2, 1]])
-    return [Config("Medusa", f"choices {c}", (1.0, len(c) - 1.0,
-                                              float(np.cumprod(c).sum())), {"choices": c})
-            for c in choices]
+    return [Config("Medusa", f"choices {c}" + (f", {AGREE}" * agree),
+                   (1.0, len(c) - 1.0, float(np.cumprod(c).sum())),
+                   {"choices": c, "agree": agree})
+            for agree in (False, True) for c in choices]
 
 
 def _tokenizer_dir(tmp: Path) -> str:
@@ -265,9 +282,9 @@ def _tokenizer_dir(tmp: Path) -> str:
     return str(tmp)
 
 
-def build_eagle(tmp: Path, depth: int, top_k: int, total_token: int):
+def build_eagle(tmp: Path, depth: int, top_k: int, total_token: int, agree: bool = False):
     """`EaModel` as its from_pretrained builds it, from config objects: its KV Llama target (2
-    layers) and its one-layer draft (`cnets.Model`) of random weights."""
+    layers) and its one-layer draft (`cnets.Model`) of random weights (`agree`: `AGREE`)."""
     import torch
     from eagle.model.cnets import Model
     from eagle.model.ea_model import EaModel
@@ -284,12 +301,14 @@ def build_eagle(tmp: Path, depth: int, top_k: int, total_token: int):
     model = EaModel(target, _tokenizer_dir(tmp), str(tmp / "ea_config.json"), total_token,
                     depth, top_k, 1.0, state).eval()
     model.tokenizer = SimpleNamespace(eos_token_id=-1)  # no token ends the run
+    if agree:  # the draft's head is the target's (topK_genrate's `head`)
+        model.base_model.lm_head.weight.data.zero_()
     return model
 
 
-def build_medusa(tmp: Path, heads: int):
+def build_medusa(tmp: Path, heads: int, agree: bool = False):
     """`MedusaModel` as its from_pretrained builds it, from config objects: its KV Llama target
-    (2 layers) and `heads` heads of one ResBlock."""
+    (2 layers) and `heads` heads of one ResBlock (`agree`: `AGREE`)."""
     import torch
     from engine_overheads import tiny_llama_config
     from medusa.model.medusa_model import MedusaModel
@@ -297,18 +316,21 @@ def build_medusa(tmp: Path, heads: int):
 
     torch.manual_seed(0)
     target = KVLlama(tiny_llama_config(2)).eval()
+    if agree:  # its heads' last layer starts as a copy of the LM head
+        target.lm_head.weight.data.zero_()
     model = MedusaModel(target, heads, 1, _tokenizer_dir(tmp)).eval()
     # no token ends the run, and the per-step text the generator streams is not decoded
     model.tokenizer = SimpleNamespace(eos_token_id=-1, decode=lambda *a, **k: "")
     return model
 
 
-def run_eagle(model, steps: int) -> float:
-    """Runs `eagenerate` for about `steps` steps; returns mean tokens accepted per step."""
+def run_eagle(model, steps: int, tokens: int) -> float:
+    """Runs `eagenerate` for `tokens` new tokens (at least `steps` steps when every drafted
+    token is accepted); returns mean tokens accepted per step."""
     import torch
 
     prompt = torch.arange(1, PROMPT + 1).unsqueeze(0)
-    out, _, idx = model.eagenerate(prompt, max_new_tokens=steps, max_length=480, log=True)
+    out, _, idx = model.eagenerate(prompt, max_new_tokens=tokens, max_length=480, log=True)
     return (out.shape[1] - PROMPT) / (idx + 1) - 1
 
 
@@ -339,10 +361,11 @@ def research_part(repeats: int, steps: int, quick: bool) -> dict:
                 clock.wrap(model.base_model.model, "target")
                 clock.wrap(model.base_model.lm_head, "head")
                 clock.wrap(model.ea_layer, "draft")
-                run = partial(run_eagle, model, steps)
+                tokens = steps * (config.args["depth"] + 1 if config.args["agree"] else 1)
+                run = partial(run_eagle, model, steps, tokens)
             else:
                 choices = config.args["choices"]
-                model = build_medusa(Path(tmp), len(choices) - 1)
+                model = build_medusa(Path(tmp), len(choices) - 1, config.args["agree"])
                 clock.wrap(model.base_model.model, "target")
                 clock.wrap(model.base_model.lm_head, "head")
                 for head in model.medusa_head:
@@ -364,8 +387,8 @@ def research_part(repeats: int, steps: int, quick: bool) -> dict:
                 clock.calls.clear()
                 accepted = run()
                 n, forward, host, _ = clock.steps()
-                records.append(Record(config.loop, config.name, repeat, config.x, n, accepted,
-                                      forward, host))
+                records.append(Record(config.loop, config.name, repeat, (*config.x, accepted),
+                                      n, accepted, forward, host))
             naive_clock.calls.clear()
             run_naive()
             naive.append(naive_clock.steps()[2] * 1e6)  # its host per token
@@ -380,10 +403,10 @@ def research_part(repeats: int, steps: int, quick: bool) -> dict:
 
 def hf_configs(quick: bool) -> list[Config]:
     """Assisted generation's drafted tokens k and draft (other weights: ≈ 0 accepted; the target's
-    own weights: k accepted); regressors: 1, draft forwards per step, accepted per step (both
-    counted per run: the draft stops short near the length limit)."""
+    own weights: some accepted); regressors: 1, draft forwards per step (counted per run: the
+    draft stops short near the length limit)."""
     ks = (1, 3, 6) if quick else (1, 2, 4, 6, 8)
-    return [Config("HF assisted", f"k {k}, {draft} draft", (1.0, float(k), 0.0),
+    return [Config("HF assisted", f"k {k}, {draft} draft", (1.0, float(k)),
                    {"k": k, "draft": draft}) for draft in ("other", "same") for k in ks]
 
 
@@ -453,8 +476,8 @@ def main() -> None:
                              "research / hf: one part, its JSON to --json")
     parser.add_argument("--research-python", default=str(ROOT / ".venv-research/bin/python"))
     parser.add_argument("--json", help="where a one-part mode writes its JSON")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=48)
     parser.add_argument("--quick", action="store_true", help="a smoke test: fewer configurations, "
                         "2 repeats, 12 steps, no result file")
     parser.add_argument("--threads", type=int, default=1)
@@ -493,7 +516,7 @@ def write(research: dict, hf: dict, args, elapsed: float) -> None:
     title = (f"Host work per step beyond the forwards, fitted to LoopCosts terms ({args.repeats} "
              f"repeats × {args.steps} steps, {args.threads} thread)")
     console = Console(width=140, record=True)
-    for table in tables(records, layers, extras, title):
+    for table in tables(records, layers, ours[0], extras, title):
         console.print(table)
     lo, hi = summary(research["layer_us"])[1:], summary(hf["layer_us"])[1:]
     console.print(

@@ -23,29 +23,36 @@ def rl():
     return module
 
 
+def accepted(config):
+    """Tokens accepted per step as a run might measure them: none with random weights, about
+    half the depth when the configuration agrees."""
+    return config.args["depth"] / 2 if config.args["agree"] else 0.0
+
+
 def eagle_records(rl, terms_by_repeat, noise=0.0):
     """Synthetic EAGLE-2 records whose host µs per step is x · terms (+ noise) per repeat."""
     rng = np.random.default_rng(0)
     out = []
     for repeat, terms in enumerate(terms_by_repeat):
         for config in rl.eagle_configs(quick=False):
-            host_us = float(np.dot(config.x, terms)) + noise * rng.standard_normal()
-            out.append(rl.Record(config.loop, config.name, repeat, config.x, 40, 0.0, 3e-3,
+            x = (*config.x, accepted(config))
+            host_us = float(np.dot(x, terms)) + noise * rng.standard_normal()
+            out.append(rl.Record(config.loop, config.name, repeat, x, 40, x[-1], 3e-3,
                                  host_us * 1e-6))
     return out
 
 
 def test_the_fit_recovers_the_terms_the_records_were_made_of(rl):
-    truth = (400.0, 120.0, 9.0, 6.5)
-    terms, residual = rl.fit_terms(eagle_records(rl, [truth]), 4)
+    truth = (400.0, 120.0, 9.0, 6.5, 30.0)
+    terms, residual = rl.fit_terms(eagle_records(rl, [truth]), 5)
     assert terms == pytest.approx(truth, rel=1e-9)
     assert residual == pytest.approx(0.0, abs=1e-6)
 
 
 def test_the_fit_under_noise_stays_near_the_terms_and_reports_the_noise_as_residual(rl):
-    truth = (400.0, 120.0, 9.0, 6.5)
+    truth = (400.0, 120.0, 9.0, 6.5, 30.0)
     records = eagle_records(rl, [truth], noise=2.0)
-    terms, residual = rl.fit_terms(records, 4)
+    terms, residual = rl.fit_terms(records, 5)
     x = np.array([r.x for r in records])
     y = np.array([r.host_s * 1e6 for r in records])
     assert residual == pytest.approx(np.sqrt(np.mean((x @ terms - y) ** 2)))
@@ -54,27 +61,28 @@ def test_the_fit_under_noise_stays_near_the_terms_and_reports_the_noise_as_resid
 
 
 def test_fit_repeats_reports_median_and_range_over_repeats(rl):
-    repeats = [(400.0, 100.0, 9.0, 6.0), (420.0, 110.0, 8.0, 7.0), (380.0, 130.0, 10.0, 5.0)]
+    repeats = [(400.0, 100.0, 9.0, 6.0, 20.0), (420.0, 110.0, 8.0, 7.0, 30.0),
+               (380.0, 130.0, 10.0, 5.0, 25.0)]
     fit = rl.fit_repeats(eagle_records(rl, repeats), "EAGLE-2")
     assert fit.median == pytest.approx(np.median(repeats, axis=0))
     assert fit.low == pytest.approx(np.min(repeats, axis=0))
     assert fit.high == pytest.approx(np.max(repeats, axis=0))
     assert fit.configs == len(rl.eagle_configs(quick=False))
-    config = rl.eagle_configs(quick=False)[0]
-    assert fit.predict_us(config.x) == pytest.approx(np.dot(fit.median, config.x))
+    x = (*rl.eagle_configs(quick=False)[-1].x, 2.0)
+    assert fit.predict_us(x) == pytest.approx(np.dot(fit.median, x))
 
 
 def test_too_few_configurations_for_the_terms_are_refused(rl):
-    records = eagle_records(rl, [(1.0, 2.0, 3.0, 4.0)])[:3]
-    with pytest.raises(ValueError, match="cannot fit 4 terms"):
-        rl.fit_terms(records, 4)
+    records = eagle_records(rl, [(1.0, 2.0, 3.0, 4.0, 5.0)])[:4]
+    with pytest.raises(ValueError, match="cannot fit 5 terms"):
+        rl.fit_terms(records, 5)
 
 
-def test_every_quick_and_full_grid_determines_its_terms(rl):
+def test_every_quick_and_full_grid_determines_its_terms_once_agreeing_runs_accept(rl):
     for quick in (True, False):
         for configs, loop in ((rl.eagle_configs(quick), "EAGLE-2"),
                               (rl.medusa_configs(quick), "Medusa")):
-            x = np.array([c.x for c in configs])
+            x = np.array([(*c.x, 1.0 if c.args["agree"] else 0.0) for c in configs])
             assert np.linalg.matrix_rank(x) == len(rl.TERMS[loop])
 
 
@@ -85,10 +93,10 @@ def test_the_clock_splits_each_step_between_verifications_into_forwards_and_host
                    ("draft", 15.0, 16.0), ("target", 20.0, 22.0), ("draft", 24.0, 25.0),
                    ("target", 30.0, 32.0), ("target", 40.0, 42.0)]
     steps, forward, host, calls = clock.steps()
-    # steps [10, 20), [20, 30), [30, 40): forwards 2+1+1, 2+1, 2
+    # steps [10, 20), [20, 30), [30, 40): forwards 2+1+1, 2+1, 2; host 6, 7, 8 (medians)
     assert steps == 3
-    assert forward == pytest.approx((4 + 3 + 2) / 3)
-    assert host == pytest.approx((30 - 9) / 3)
+    assert forward == pytest.approx(3)
+    assert host == pytest.approx(7)
     assert calls == {"target": 1.0, "draft": 1.0}
 
 
@@ -105,8 +113,8 @@ def test_the_clock_wraps_a_forward_and_keeps_its_output(rl):
 
 
 def test_the_tables_show_every_term_its_ratio_to_the_layer_and_every_configuration(rl):
-    records = eagle_records(rl, [(400.0, 100.0, 9.0, 6.0), (420.0, 110.0, 8.0, 7.0)])
-    terms, per = rl.tables(records, {"EAGLE-2": 200.0},
+    records = eagle_records(rl, [(400.0, 100.0, 9.0, 6.0, 20.0), (420.0, 110.0, 8.0, 7.0, 30.0)])
+    terms, per = rl.tables(records, {"EAGLE-2": 200.0}, 250.0,
                            {"EAGLE-2/baseline_token_us": (30.0, 25.0, 35.0)}, "terms")
     console = Console(width=200, record=True)
     console.print(terms)
@@ -114,7 +122,8 @@ def test_the_tables_show_every_term_its_ratio_to_the_layer_and_every_configurati
     text = console.export_text()
     for name in rl.TERMS["EAGLE-2"]:
         assert name in text
-    assert "410.0" in text and "400.0–420.0" in text and "2.05" in text  # step: median, ×layer
+    assert "410.0" in text and "400.0–420.0" in text  # step's median and range
+    assert "2.05" in text and "1.64" in text  # step over its layer and over specscope's
     assert "baseline_token_us" in text and "0.15" in text
     for config in rl.eagle_configs(quick=False):
         assert config.name in text
