@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 
 LOOP_KEYS = {"step_us": "step", "level_us": "level", "node_us": "node",
              "dyspec_node_us": "dyspec_node", "stop_rule_us": "stop_rule",
-             "accepted_us": "accepted", "verify_us": "verify",
+             "accepted_us": "accepted", "verify_us": "verify", "tree_node_us": "tree_node",
              "sampled_verify_us": "sampled_verify", "cold_level_us": "draft_cold",
              "cold_verify_us": "verify_cold", "baseline_token_us": "baseline_token",
              "serve_step_us": "serve_step", "serve_row_us": "serve_row",
@@ -31,34 +31,33 @@ class LoopCosts:
     """Host seconds a speculative loop pays beyond its forwards (`Pricing` reads these).
 
     step: a step's bookkeeping (commit, drafter updates); level: a draft-model level beyond its
-    forward; node: a level's further node it proposes for (top-k, reranking); dyspec_node: the
-    same in DySpec's live builder; stop_rule: SpecDec++'s stop check per drafted token; accepted:
-    per accepted token (KV compaction); verify / sampled_verify: a verification's tensors and rule
-    at temperature 0 / > 0; draft_cold / verify_cold: a forward's slowdown inside the loop (a CPU's
-    caches); drafter: a model-free drafter's propose call per level; baseline_token: the plain
-    autoregressive loop's host work per token beyond its forward; serve_step / serve_row: what
-    specscope's continuous-batching server (`serving/server.py`) pays per step (scheduling,
-    planning, the batch's inputs) and per sequence that does not speculate in it (its verdict,
-    commit and drafter update) beyond its forwards and the terms above
-    (`profiling.serving.measure_serving`); spec_row: what that server pays per sequence that
-    speculates (its verdict, commit and drafter update), in place of the decode loop's `step`
-    (None: not measured, it pays `step`; the single-sequence loop's figure does not carry over
-    to the server's rows: 156 against 301 µs on an H100); choose_step / choose_row: what a
-    policy that chooses each step's speculation from the step's prices (SmartSpec: the goodput
-    of every length) spends choosing, per step and per running sequence, in that server;
-    shared_row: what each sequence of that server pays per draft-model level it shares with
-    other sequences' in one batched draft forward (its thread hands its nodes over and waits for
-    its logits: `executor/batched_draft.py`) beyond `level`; pads_context: the loop's batched
-    pass reads every row's keys up to the longest row's context (specscope's batched target
-    under eager does: one tensor of B × longest), where a paged-attention engine reads each
-    row's own; level_per_row: a batched draft-model level pays its host work (`level`,
-    `draft_cold`) once per sequence, not once per level (specscope's server: each row's drafter
-    proposes for its own nodes, in its own thread, around the one shared forward);
-    step_per_row: a batched step pays `step` (or `spec_row`) once per speculating sequence, as
-    specscope's server walks each row's verdict, commit and drafter update; false for an engine
-    whose step runs once over the whole batch (`[loop] batched_step`: vLLM's and SGLang's
-    rejection sampling and commit are batched tensor operations).
-    """
+    forward; node: a level's further node it proposes for (top-k, reranking); dyspec_node: the same
+    in DySpec's live builder; stop_rule: SpecDec++'s stop check per drafted token; accepted: per
+    accepted token (KV compaction); verify / sampled_verify: a verification's tensors and rule at
+    temperature 0 / > 0; tree_node: per token verified (EAGLE-2's tree mask, position ids and
+    retrieve indices built by Python per node of the verified tree); draft_cold / verify_cold: a
+    forward's slowdown inside the loop (a CPU's caches); drafter: a model-free drafter's propose
+    call per level; baseline_token: the plain autoregressive loop's host work per token beyond its
+    forward; serve_step / serve_row: what specscope's continuous-batching server
+    (`serving/server.py`) pays per step (scheduling, planning, the batch's inputs) and per sequence
+    that does not speculate in it (its verdict, commit and drafter update) beyond its forwards and
+    the terms above (`profiling.serving.measure_serving`); spec_row: what that server pays per
+    sequence that speculates (its verdict, commit and drafter update), in place of the decode loop's
+    `step` (None: not measured, it pays `step`; the single-sequence loop's figure does not carry
+    over to the server's rows: 156 against 301 µs on an H100); choose_step / choose_row: what a
+    policy that chooses each step's speculation from the step's prices (SmartSpec: the goodput of
+    every length) spends choosing, per step and per running sequence, in that server; shared_row:
+    what each sequence of that server pays per draft-model level it shares with other sequences' in
+    one batched draft forward (its thread hands its nodes over and waits for its logits:
+    `executor/batched_draft.py`) beyond `level`; pads_context: the loop's batched pass reads every
+    row's keys up to the longest row's context (specscope's batched target under eager does: one
+    tensor of B × longest), where a paged-attention engine reads each row's own; level_per_row: a
+    batched draft-model level pays its host work (`level`, `draft_cold`) once per sequence, not once
+    per level (specscope's server: each row's drafter proposes for its own nodes, in its own thread,
+    around the one shared forward); step_per_row: a batched step pays `step` (or `spec_row`) once
+    per speculating sequence, as specscope's server walks each row's verdict, commit and drafter
+    update; false for an engine whose step runs once over the whole batch (`[loop] batched_step`:
+    vLLM's and SGLang's rejection sampling and commit are batched tensor operations). """
 
     step: float = 0.0
     level: float = 0.0
@@ -68,6 +67,7 @@ class LoopCosts:
     accepted: float = 0.0
     verify: float = 0.0
     sampled_verify: float = 0.0
+    tree_node: float = 0.0
     draft_cold: float = 0.0
     verify_cold: float = 0.0
     drafter: dict[str, float] = field(default_factory=dict)

@@ -12,7 +12,8 @@ builder pays `dyspec_node` per further node instead (its candidate heap), SpecDe
 per drafted token (its stop check); a model-free drafter's level (n-gram, suffix, recycling) is
 one proposal call, `drafter[source]`; t_step is the loop's `step` (commit, drafter updates);
 verification adds the loop's host work (the step's tensors, the rule: `verify`, or
-`sampled_verify` at temperature > 0) to the target's forward, and `verify_cold` (the forward's
+`sampled_verify` at temperature > 0) to the target's forward, `tree_node` per token verified
+(research code building the tree's mask and indices in Python), and `verify_cold` (the forward's
 slowdown between the loop's drafting and bookkeeping). These are `LoopCosts` (`loop.py`): the
 profile's own `loop`. Host costs a profile has not
 measured count 0. Speedup compares tokens/s with autoregressive decoding (one target forward per
@@ -169,12 +170,12 @@ class Pricing:
         return self.loop.verify_host(self.temperature) + self.loop.verify_cold
 
     def verify_s(self, n: int, depth: int, leaves: int | None = None) -> float:
-        """Seconds for the target to verify a tree of n tokens: its forward and
-        `verify_extra_s`."""
+        """Seconds for the target to verify a tree of n tokens: its forward, `verify_extra_s`
+        and the loop's `tree_node` per token."""
         return self._memoised(("verify", n, depth, leaves), lambda: float(
             self.target.verify_time(n, self.context_len, batch=self.batch, depth=depth,
                                     leaves=leaves, ssm_verify=self.ssm_verify)
-        ) + self.verify_extra_s)
+        ) + self.verify_extra_s + n * self.loop.tree_node)
 
     def step_table(self, max_n: int, max_depth: int, source: str) -> np.ndarray:
         """Seconds of one step for every tree size n ≤ max_n (rows) and depth d (columns):
@@ -186,7 +187,8 @@ class Pricing:
             verify = self.target.verify_time(sizes, self.context_len, batch=self.batch, depth=d,
                                              ssm_verify=self.ssm_verify)
             table[1:, d] = (d * self.level_s(source) + np.asarray(verify, dtype=float)
-                            + self.verify_extra_s + self.bookkeeping_s)
+                            + self.verify_extra_s + sizes * self.loop.tree_node
+                            + self.bookkeeping_s)
         return table
 
     def check_chains(self, branches: bool, what: str) -> None:

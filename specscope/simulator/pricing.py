@@ -171,10 +171,11 @@ class HostTerms:
     per draft-model level, per verification, per step (bookkeeping), `level_s` of a
     model-free source, per further node a draft-model level proposes for, and the batching
     server's own work per step, per sequence that does not speculate and per sequence sharing a
-    batched draft level (`LoopCosts`). `bookkeeping` is paid per speculating sequence,
-    `batched_bookkeeping` once per step that speculates (an engine whose step runs over the
-    whole batch: `LoopCosts.step_per_row` false); `draft_cache`: the engine's draft levels
-    forward only the nodes they expand (`Pricing.draft_cache`)."""
+    batched draft level, and per token verified (`tree_node`) (`LoopCosts`). `bookkeeping` is
+    paid per speculating sequence, `batched_bookkeeping` once per step that speculates (an
+    engine whose step runs over the whole batch: `LoopCosts.step_per_row` false);
+    `draft_cache`: the engine's draft levels forward only the nodes they expand
+    (`Pricing.draft_cache`)."""
 
     level: float
     verify: float
@@ -190,6 +191,7 @@ class HostTerms:
     choose_row: float = 0.0
     shared_row: float = 0.0
     draft_cache: bool = False
+    tree_node: float = 0.0
 
 
 def host_terms(target: CostModel, drafter: CostModel | None, temperature: float = 0.0,
@@ -205,7 +207,7 @@ def host_terms(target: CostModel, drafter: CostModel | None, temperature: float 
                      ref.level_s, 0.0 if per_row else ref.loop.step, node,
                      ref.loop.serve_step, ref.loop.serve_row, ref.loop.pads_context,
                      ref.loop.level_per_row, ref.loop.choose_step, ref.loop.choose_row,
-                     ref.loop.shared_row, ref.draft_cache)
+                     ref.loop.shared_row, ref.draft_cache, ref.loop.tree_node)
 
 
 @dataclass(frozen=True)
@@ -346,6 +348,7 @@ class BatchPricer:
         draft = sum(self._level_s(source, count, forwarded, drafted + drafted_sum, expanded)
                     for source, count, forwarded, drafted_sum, expanded in step.levels)
         tokens, batch, context_sum = step.tokens, step.batch, step.context_sum + context_sum
+        verified = tokens
         for size, done in chunks:
             tokens += size
             batch += 1
@@ -362,7 +365,8 @@ class BatchPricer:
         if not step.speculating:
             forward = self._target.forward(batch, tokens, context)
             return StepParts(draft, forward, served, False)
-        verify = self._target.verify(batch, tokens, context) + self._host.verify
+        verify = (self._target.verify(batch, tokens, context) + self._host.verify
+                  + verified * self._host.tree_node)
         return StepParts(draft, verify, step.speculating * self._host.bookkeeping
                          + self._host.batched_bookkeeping + served)
 

@@ -139,23 +139,25 @@ def costs(case: Case) -> SystemCosts:
 
 def predict(case: Case) -> Prediction:
     """One verification of the case's tree with the K heads on its n tokens inside the target's
-    forward, one proposal call and the loop's bookkeeping."""
+    forward, the loop's level per head (each head's top-k and candidate gather, as
+    benchmarks/research_loops.py measures Medusa's loop) and its bookkeeping."""
     if not case.tree:
         raise case.fail("system medusa needs a tree (tokens per level)")
     c = costs(case)
     price = pricing(case, c.target, c.drafter)
     n = 1 + sum(case.tree)
     tokens = case.tokens_per_step
+    heads = len(c.drafter.heads)
     parts = {"draft": float(price.drafter.forward_time(case.batch, n, price.context_len))
-             + price.loop.level,
+             + heads * price.loop.level,
              "verify": price.verify_s(n, len(case.tree)),
              "bookkeeping": price.bookkeeping_for(tokens)}
-    heads = len(c.drafter.heads)
     return Prediction(tokens_per_step=tokens, step_s=sum(parts.values()),
                       baseline_s=price.autoregressive_s, batch=case.batch, parts=parts,
                       assumptions=(f"{heads} Medusa heads (ResBlock + own 16-bit LM head) on the "
                                    f"{n} verified tokens inside the target's forward",
-                                   "one proposal call of host work; static tree, no ranking"))
+                                   "the loop's level of host work per head; static tree, no "
+                                   "ranking"))
 
 
 SYSTEM = System("medusa", "Cai et al. 2024, Medusa: Simple LLM Inference Acceleration Framework "
