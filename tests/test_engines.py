@@ -77,22 +77,52 @@ def test_no_engine_is_todays_pricing() -> None:
         Pricing(target, draft, 512).tree_step_s(TREES[1])
 
 
-def test_a_loop_measured_on_one_host_is_carried_by_the_eager_layer_ratio() -> None:
+def test_a_loop_measured_on_one_host_is_carried_by_the_eager_layer_ratio(tmp_path: Path
+                                                                         ) -> None:
     cpu, gpu = load_profile("cpu-2core"), load_profile("h100")
     factor = host_scale(cpu, gpu)
     assert factor == pytest.approx(gpu.runtimes["eager"].host_layer_s
                                    / cpu.runtimes["eager"].host_layer_s)
-    loop = load_engine("research-hf").loop_costs(gpu)
+    path = _engine_file(tmp_path, '[loop]\nfrom_profile = true\nmeasured_on = "cpu-2core"\n'
+                        'uncarried = ["node"]')
+    loop = load_engine(path).loop_costs(gpu)
     assert loop.step == pytest.approx(cpu.loop.step * factor)
     assert loop.level == pytest.approx(cpu.loop.level * factor)
     assert loop.draft_cold == 0.0 and loop.verify_cold == 0.0  # the CPU's cache effects stay
     assert loop.node == cpu.loop.node  # uncarried: CPU-tensor and Python work per node
     # on the host that measured it, the loop is that host's own
-    own = load_engine("research-hf").loop_costs(cpu)
+    own = load_engine(path).loop_costs(cpu)
     # specscope's own server (its terms, padding, per-row draft work) is not an engine's loop:
     # its terms stay unmeasured (their defaults)
     assert own == dataclasses.replace(cpu.loop, pads_context=False, level_per_row=False,
                                       **{t: getattr(LoopCosts(), t) for t in SERVER_TERMS})
+
+
+def test_research_code_timed_beside_a_layer_is_carried_by_that_layers_issue_time() -> None:
+    """research-hf states EAGLE-2's loop as benchmarks/research_loops.py timed it on cpu-2core
+    beside specscope's layer (reference_layer_us); a box pays it × its own eager layer over that
+    reference, and the model-free drafters' calls come from cpu-2core's profile."""
+    cpu, gpu = load_profile("cpu-2core"), load_profile("h100")
+    engine = load_engine("research-hf")
+    factor = gpu.runtimes["eager"].host_layer_s / gpu.host_speed / engine.reference_layer_s
+    loop = engine.loop_costs(gpu)
+    assert loop.step == pytest.approx(369.4e-6 * factor)
+    assert loop.tree_node == pytest.approx(7.1e-6 * factor)
+    assert loop.verify == 0.0 and loop.accepted == 0.0  # inside step; measured ≈ 0
+    assert loop.drafter == {k: v * host_scale(cpu, gpu) for k, v in cpu.loop.drafter.items()}
+
+
+def test_a_verified_tree_pays_the_loops_work_per_node() -> None:
+    target, draft = _models("a100")
+    priced = on_engine("research-hf", target, draft, 512)
+    per_node = priced.loop.tree_node
+    assert per_node > 0
+    wide, narrow = priced.verify_s(60, 6), priced.verify_s(20, 6)
+    forward = (float(priced.target.verify_time(60, 512, depth=6))
+               - float(priced.target.verify_time(20, 512, depth=6)))
+    assert wide - narrow == pytest.approx(forward + 40 * per_node)
+    table = priced.step_table(60, 6, "draft")
+    assert table[60, 6] - table[20, 6] == pytest.approx(wide - narrow)
 
 
 def test_a_faster_host_issues_eager_steps_faster() -> None:
@@ -117,8 +147,10 @@ def test_the_engines_runtimes_tree_attention_and_model_code_apply() -> None:
     assert mixed.drafter.runtime.name == "graph" and mixed.target.runtime.name == "eager"
     # a Spec-Bench-style baseline: stock generate pays its own work per token
     stock = on_engine("research-hf", target, draft, 512, baseline_engine="hf-eager")
-    assert stock.autoregressive_s == pytest.approx(
-        priced.autoregressive_s + load_engine("hf-eager").loop_costs(target.hw).baseline_token)
+    own, hf = (load_engine(e).loop_costs(target.hw).baseline_token
+               for e in ("research-hf", "hf-eager"))
+    assert stock.autoregressive_s == pytest.approx(priced.autoregressive_s - own + hf)
+    assert hf > own > 0  # generate's own work per token, and EAGLE's plain loop's
 
 
 def test_a_serving_engine_computes_a_prompts_logits_at_its_last_position_only() -> None:

@@ -34,12 +34,13 @@ def test_the_engine_exists_with_its_sources() -> None:
 def test_a_graph_draft_without_node_work_is_the_research_pricing_less_those_terms() -> None:
     sequoia = _pricing("sequoia")
     research = _pricing("research-hf", draft_runtime="graph")
-    assert sequoia.loop.node == sequoia.loop.dyspec_node == 0.0
-    assert research.loop.node > 0
+    assert sequoia.loop.node == sequoia.loop.dyspec_node == sequoia.loop.tree_node == 0.0
+    assert research.loop.node > 0 and research.loop.tree_node > 0
     further = sum(expanded - 1 for _, _, expanded in draft_levels(TREE, False))
     assert further > 0
     assert sequoia.tree_step_s(TREE) == pytest.approx(
-        research.tree_step_s(TREE) - further * research.loop.node, rel=1e-12)
+        research.tree_step_s(TREE) - further * research.loop.node
+        - TREE.size * research.loop.tree_node, rel=1e-12)
     assert sequoia.autoregressive_s == pytest.approx(research.autoregressive_s, rel=1e-12)
 
 
@@ -47,4 +48,5 @@ def test_it_prices_faster_than_the_eager_research_stack() -> None:
     sequoia, research = _pricing("sequoia"), _pricing("research-hf")
     assert sequoia.draft_s(TREE) < research.draft_s(TREE)
     assert sequoia.verify_s(TREE.size, TREE.depth) == pytest.approx(
-        research.verify_s(TREE.size, TREE.depth), rel=1e-12)
+        research.verify_s(TREE.size, TREE.depth) - TREE.size * research.loop.tree_node,
+        rel=1e-12)
