@@ -232,9 +232,10 @@ PUBLISHED_METHOD = (
     "source, and `specscope reproduce FILE` prints every row's terms.")
 SETUP_METHOD = (
     "A row's setup is *partial* when an input that sets its price is not given by any reachable "
-    "source for that row: its τ or acceptance (assumed, or borrowed from another paper, model, "
-    "dataset or temperature), its draft structure (chain, tree, heads, the drafter's shape), a "
-    "model (priced as another catalogue model) or the GPU (not stated). Lesser priors (prompt "
+    "source for that row: its τ or acceptance (assumed, borrowed from another paper, model, "
+    "dataset or temperature, or solved from a batch-1 anchor), its draft structure (chain, "
+    "tree, heads, the drafter's shape), a model (priced as another catalogue model) or the GPU "
+    "(not stated). Lesser priors (prompt "
     "and output lengths, a conventional dtype, the GPU's memory variant) leave a setup complete; "
     "they are listed with the rest below. Partial rows stay in every table; the summary reports "
     "them apart.")
