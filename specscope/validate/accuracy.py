@@ -235,10 +235,9 @@ SETUP_METHOD = (
     "source for that row: its τ or acceptance (assumed, borrowed from another paper, model, "
     "dataset or temperature, or solved from a batch-1 anchor), its draft structure (chain, "
     "tree, heads, the drafter's shape), a model (priced as another catalogue model) or the GPU "
-    "(not stated). Lesser priors (prompt "
-    "and output lengths, a conventional dtype, the GPU's memory variant) leave a setup complete; "
-    "they are listed with the rest below. Partial rows stay in every table; the summary reports "
-    "them apart.")
+    "(not stated). Lesser priors (prompt and output lengths, a conventional dtype, the GPU's "
+    "memory variant) leave a setup complete; they are listed with the rest below. Partial rows "
+    "stay in every table; the summary reports them apart.")
 LOAD_METHOD = (
     "`validate --load` serves the zoo's tiny-code target for real in specscope's "
     "continuous-batching server (plain decoding, a static chain and SmartSpec, and DySpec with "
