@@ -16,7 +16,9 @@ measured time. Groups, by how independent they are of the profiles' prefill term
   70B at 128 and 2,048 input tokens, priced under the tensorrt-llm engine's runtime (compile),
   the LM head sharded and run at the last position only, as its context phase does.
 
-The table's last lines summarise |ratio − 1| by group, runtime and prompt length.
+The table's last lines summarise |ratio − 1| by group, runtime and prompt length. A last table
+prices chunked prefill against the whole prompt (no measurement: a check of the pricing's own
+consistency, since a chunk reads at least the context a whole prompt's tokens read).
 """
 
 from __future__ import annotations
@@ -100,6 +102,14 @@ def summary(rows: list[tuple[Prompt, float]], key) -> list[tuple[str, int, float
             for label, e in groups.items()]
 
 
+def chunked(hw: str, runtime: str, model: str, tokens: int, chunk: int) -> tuple[float, float]:
+    """(whole prompt ms, the same prompt in `chunk`-token forwards after their prefix ms)."""
+    cost = CostModel(load_profile(hw), get_model(model), runtime=runtime)
+    whole = float(cost.forward_time(1, tokens, 0)) * 1e3
+    parts = sum(float(cost.forward_time(1, chunk, done)) for done in range(0, tokens, chunk))
+    return whole, parts * 1e3
+
+
 def main() -> None:
     """Print every prompt priced, then the summaries; `-o` also writes the text."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -123,6 +133,14 @@ def main() -> None:
         for label, n, med, signed in summary(rows, key):
             by.add_row(label, str(n), f"{med:.1%}", f"{signed:+.1%}")
         console.print(by)
+    chunks = Table("hw", "runtime", "model", "tokens", "chunk", "whole ms", "chunked ms", "ratio",
+                   title="chunked prefill priced against the whole prompt")
+    for hw in ("h100", "a100"):
+        for chunk in (512, 2048):
+            whole, parts = chunked(hw, "graph", "llama-3.1-8b", 8192, chunk)
+            chunks.add_row(hw, "graph", "llama-3.1-8b", "8192", str(chunk), f"{whole:.1f}",
+                           f"{parts:.1f}", f"{parts / whole:.2f}")
+    console.print(chunks)
     runs = ", ".join(str(p.relative_to(RESULTS.parent.parent)) for p in GPU_RUNS.values())
     console.print(f"sources: {H100_STEPS.name} (h100 fit); {runs} (held out); {TRTLLM}")
     if args.output:

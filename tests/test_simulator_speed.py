@@ -115,18 +115,20 @@ paths (separate drafting, chunked prefill, forking, two replicas, drift, an SLO,
 window, a loop that pads every row to the longest context, a model-free drafter)."""
 
 GOLDEN = {
-    "dyspec": "b799116009d7419bb95c79ae5900d97fe3b965011f94f22d0d318f0bbd1d0bdd",
-    "ets-batch": "9ae215aa103d2c50a60a67495be453f1e6c4126c7466e90d0a19fc4dcf0a9a06",
-    "separate-chunked-forking": "7597d3d3d9313ead244e3d706daf79177ef02d60bf9d327412dd71e218430c32",
-    "smartspec": "6b90bda12063bb0c3be57fee54389937d4dffacd4453e32213337ebf9d3c6edf",
-    "specdecpp": "f01f92ea6dc8f5567b86516fc1563b87982b9dc3c863c8613a8436a33458efab",
-    "static-replay-ngram": "4f8c00a08d0261d68de83e9edcfe7cd020ebc3d2bf900b64a4f1c09148ed4b73",
-    "static-sampled": "1d2cc5105ce4de2c3c5899a7c77d2ff65f8007a473e7225b5af56593647c67aa",
-    "static-draft-window": "94581612c4029b0da5f17fd4cc532e875dcfd495bba30d01540837ce8bbee439",
-    "static-padded-ngram": "8a0bc5553bd9104985e92ed4e522533959b7e93b8161583fb70b1820b89a3118",
-    "system-hydra": "4dcff94a767cea02b663ec5d02d83aa038c4744066d500c7f98727e523c9c69d",
+    "dyspec": "ea144054a723ddeb09bb6dafdaea3381aa75101958e6db0b473f695325f79568",
+    "ets-batch": "0110a115fa49945d50a6a7fca88638439747030dc06b0b97403431a2ace16913",
+    "separate-chunked-forking": "9740957ff16a30ab3ae506a7ed4862c6e3a4e835334420c42db86677e1841f6a",
+    "smartspec": "50db82b2ad6adaca2f9f58b5dee5fbe700c6f8b48999ddbcfcf860e3f872913d",
+    "specdecpp": "715c9d71472385436e376410a24968d5e3d4349919eb7b623e23a18f3611d3e6",
+    "static-replay-ngram": "978e3817a326b807511a55ab08633ff2d11141444b728f16aa254f1228c366c0",
+    "static-sampled": "74eabe5ea37f387813590d8c42762aaf5bdd7a303eb919f11fd95a0e43c15ba7",
+    "static-draft-window": "3531166d20db424498bad6541b89eeaadeef702ce32d49b89b059f037cc9ed96",
+    "static-padded-ngram": "e5c2d85cd9d36b768b3de94f22de1d112ea96d7d29448bd951232f5ccc7776b3",
+    "system-hydra": "05c1a4b6aab08e9aed4310c16335f812f13c5449349aa4527d6d18ef9abc666f",
 }
-"""`digest` of each case as commit dbb9a71 simulated it."""
+"""`digest` of each case as commit dbb9a71 simulated it under today's pricing of a flash prompt's
+attention (cost.py's one-line change of issue 43 applied in that commit's worktree: the simulator
+itself unchanged)."""
 
 
 MEASURED = ("requests", "generated_tokens", "makespan_s", "throughput_tok_s", "goodput_tok_s",

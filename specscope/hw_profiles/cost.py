@@ -20,7 +20,8 @@ once n ≥ 2; `masked` runs prefix and tree through one flash kernel under a bit
 (n, prefix + n) mask, as SGLang's tree verification on FlashInfer does, `CUSTOM_MASK_SLOWDOWN`
 times the unmasked flash kernel's time once n ≥ 2. A forward with context 0 is a prompt
 (prefill): its GEMMs and attention run at the runtime's `prefill_compute_eff`, and a flash
-(split or masked) causal prompt skips the masked half of its attention.
+(split or masked) causal prompt skips the masked half of its attention and runs it at the flash
+kernel's `attn_compute_eff` (`prefill_attn_compute_eff` is the dense-mask prompt's).
 
 When the profile holds a measured t(n) table for this model, batch, weight bits, tp and runtime,
 measured points win (linear interpolation in n, scaled by the formula's ratio for a different
@@ -254,9 +255,12 @@ class CostModel:
                           r.attn_memory_eff)
             memory = (op.kv_bytes + self._mask_bytes(op, new_tokens, context_len)) / (
                 bandwidth * kv) + op.act_bytes / (bandwidth * r.gemm_memory_eff)
-            if self.tree_attention != "dense":  # a flash causal prompt skips the masked half
+            dense = self.tree_attention == "dense"
+            if not dense:  # a flash causal prompt skips the masked half
                 flops = np.where(prefill, 0.5 * flops, flops)
-            compute = flops / (peak * np.where(prefill, r.prefill_attn_compute_eff,
+            # a dense-mask prompt runs the masked kernel the prefill rows were fitted on; a flash
+            # prompt, the flash kernel a chunk or a verification runs
+            compute = flops / (peak * np.where(prefill & dense, r.prefill_attn_compute_eff,
                                                r.attn_compute_eff))
             if self.tree_attention == "masked":
                 slowdown = np.where(multi, CUSTOM_MASK_SLOWDOWN, 1.0)
