@@ -1,26 +1,35 @@
-"""benchmarks/research_loops.py's pure parts: the step clock, the term fit and the tables (no
-EAGLE or Medusa needed: they live in .venv-research)."""
+"""benchmarks/research_loops.py's pure parts (benchmarks/loop_fit.py): the step clock, the term
+fit and the tables, on research_loops' own configurations (no EAGLE or Medusa needed: they live
+in .venv-research)."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from rich.console import Console
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "research_loops.py"
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up; research_loops imports it
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
 def rl():
-    spec = importlib.util.spec_from_file_location("research_loops", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["research_loops"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """loop_fit's names with research_loops' configurations beside them."""
+    fit, loops = _load("loop_fit"), _load("research_loops")
+    return SimpleNamespace(**vars(fit), eagle_configs=loops.eagle_configs,
+                           medusa_configs=loops.medusa_configs)
 
 
 def accepted(config):
