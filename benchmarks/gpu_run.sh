@@ -56,7 +56,8 @@ STAGES=(env steps-8b compile steps-ssm e2e profile load validate steps-small sum
 # e2e), then those earlier loans ran (profile, load, validate, steps-small) while time remains.
 PLAN_S=720
 # The default budget of a cuda `all`: 12 minutes of a 15-minute loan (a start and a give-back
-# take the rest); `all` starts no stage whose estimate would end past it.
+# take the rest); `all` starts no stage whose estimate, with the summary's after it, would end
+# past it.
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 DEVICE=cuda
@@ -277,7 +278,8 @@ if [ "$DRY" = 1 ]; then
   for stage in "${todo[@]}"; do
     planned=$((planned + $(estimate "$stage")))
     fits=""
-    if [ "$BUDGET" -gt 0 ] && [ "$stage" != summary ] && [ "$planned" -gt "$BUDGET" ]; then
+    if [ "$BUDGET" -gt 0 ] && [ "$stage" != summary ] \
+       && [ $((planned + $(estimate summary))) -gt "$BUDGET" ]; then
       fits=", past the ${BUDGET} s budget: a later call"
     fi
     echo "# $stage (about $(estimate "$stage") s$fits)"
@@ -331,7 +333,7 @@ for stage in "${STAGES[@]}"; do
     continue
   fi
   if [ "$BUDGET" -gt 0 ] && [ "$stage" != summary ] \
-     && [ $((SECONDS - START + $(estimate "$stage"))) -gt "$BUDGET" ]; then
+     && [ $((SECONDS - START + $(estimate "$stage") + $(estimate summary))) -gt "$BUDGET" ]; then
     log "stage $stage: not started, ${BUDGET} s budget nearly spent; run again with --merge" \
         "(--from the folder holding these files) to go on"
     run_stage summary || true
