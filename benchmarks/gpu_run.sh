@@ -33,8 +33,8 @@
 # done. --from DIR first copies an earlier run's files from DIR into OUTDIR (implies --merge).
 # --budget SECONDS: `all` starts no stage that its estimate says would end past the budget, and
 # cuts a running one at it (resume with --merge); a cuda `all` defaults to PLAN_S (12 minutes:
-# by the estimates, env and the four never-run stages take 645 s, profile 70 more, so load and
-# the rest run only in a later call). Each stage is cut at 8 minutes (cuda).
+# by the estimates, env and the four never-run stages take 645 s and the summary 10, so profile,
+# load and the rest run only in a later call). Each stage is cut at 8 minutes (cuda).
 # --compile-mode: torch.compile's mode for the compiled steps (default, or
 # max-autotune-no-cudagraphs). --dry-run prints each stage's commands and runs nothing.
 #
