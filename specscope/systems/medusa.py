@@ -8,14 +8,15 @@ heads run inside the target's forward on the hidden states of every token it ver
 (`medusa_forward`), and the next step's candidates are read from the accepted token's head
 logits by one top-k per head and the static tree's precomputed indices (`generate_candidates`).
 So a step costs one verification of the case's tree (n = 1 + Σ widths tokens) with the K heads
-on those n tokens, one proposal call of host work, and the loop's bookkeeping.
+on those n tokens, the host work of one top-k per head, and the loop's bookkeeping.
 
 Priced: the heads as their linear operators only (`MLPHeadsCost`), K defaulting to the tree's
 depth (Kangaroo's "591M" extra parameters for Medusa-1 on Vicuna-7B are 4 heads of one ResBlock
 and a 32k × 4096 LM head; the 63-node tree is 4 deep), at 16 bits; they run inside the target's
 forward, so they pay no per-forward fixed terms, and each operator pays one operator's share of
 a decoder layer's per-layer device and host terms (as SpecEE's predictors do). The proposal's
-host work is one draft level's (`LoopCosts.level`); the static tree needs no per-node ranking.
+host work is the loop's `level` per head (benchmarks/research_loops.py times Medusa's own loop:
+52 µs a head on cpu-2core, the medusa-hf engine); the static tree needs no per-node ranking.
 Approximated: SiLU and the residual add (elementwise, left out), typical acceptance's posterior
 (the verification rule's host term stands for it).
 """
