@@ -1,17 +1,16 @@
 """A core install, `pip install .` with no extras, runs the README's quickstart without torch.
 
 The test builds a fresh venv, installs a copy of the package into it (`pyproject.toml`,
-`README.md`, `specscope/`: not editable, so nothing of the checkout is imported), checks that
-none of the executor extra's modules can be imported there, and runs the quickstart (the first
-```sh block after README's "## Quickstart" heading: continuations joined, comments, blank lines
-and `pip install` lines dropped) with that venv's `specscope` on PATH, in a fresh folder whose
-`examples/` holds links to the repository's. The quickstart must finish in QUICKSTART_BUDGET_S
-all told: each command's timeout is what the budget has left. Last, a command that needs the
-executor says so in one line there.
+`README.md`, `specscope/`: not editable, so nothing of the checkout is imported), checks that none
+of the executor extra's modules can be imported there, and runs the quickstart (the first ```sh
+block after README's "## Quickstart" heading: continuations joined, comments, blank lines and `pip
+install` lines dropped) with that venv's `specscope` on PATH, in a fresh folder whose `examples/`
+holds links to the repository's; what it prints must be docs/quickstart.md's output. The quickstart
+must finish in QUICKSTART_BUDGET_S all told: each command's timeout is what the budget has left.
+Last, a command that needs the executor says so in one line there.
 
-On the 2-core test machine, with pip's cache warm and other tests running beside it, the venv
-and install took 34-53 s and the quickstart 4-6 s.
-"""
+On the 2-core test machine, with pip's cache warm and other tests running beside it, the venv and
+install took 34-53 s and the quickstart 4-6 s."""
 
 from __future__ import annotations
 
@@ -29,6 +28,8 @@ from specscope.errors import EXECUTOR_MODULES
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART_HEADING = "## Quickstart"
+OUTPUT_HEADING = "## Output"
+QUICKSTART_PAGE = ROOT / "docs" / "quickstart.md"
 QUICKSTART_BUDGET_S = 60.0
 INSTALL_TIMEOUT_S = 600
 PIP_INSTALL = re.compile(r"(python3? -m )?pip3? install\b")
@@ -46,13 +47,12 @@ def quickstart_commands(readme: str) -> list[str]:
             if line and not line.startswith("#") and not PIP_INSTALL.match(line)]
 
 
-def quickstart_output(readme: str) -> str:
-    """The output the quickstart shows: the first plain ``` block after its ```sh block."""
-    _, _, after = readme.partition(f"{QUICKSTART_HEADING}\n")
-    _, _, after = after.partition("```sh\n")
-    _, fence, shown = after.partition("\n```\n")  # the sh block's end
-    _, fence, shown = shown.partition("```\n")
-    assert fence, f"README.md's {QUICKSTART_HEADING!r} section shows no output"
+def quickstart_output(page: str) -> str:
+    """The output docs/quickstart.md shows: the first ``` block after its output heading."""
+    _, found, after = page.partition(f"{OUTPUT_HEADING}\n")
+    assert found, f"docs/quickstart.md has no {OUTPUT_HEADING!r} section"
+    _, fence, shown = after.partition("```\n")
+    assert fence, f"docs/quickstart.md's {OUTPUT_HEADING!r} section shows no output"
     return shown.partition("```")[0]
 
 
@@ -138,8 +138,8 @@ def test_a_core_install_runs_the_readme_quickstart_without_torch(tmp_path: Path)
             f"{os.linesep.join(done.stderr.splitlines()[-10:])}")
         printed += done.stdout
     print(f"quickstart: {time.monotonic() - started:.1f} s")
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert printed == quickstart_output(readme), "the README shows another quickstart output"
+    page = QUICKSTART_PAGE.read_text(encoding="utf-8")
+    assert printed == quickstart_output(page), "docs/quickstart.md shows another output"
 
     done = subprocess.run([str(bin_dir / "specscope"), "profile-hw", "--name", "box", "--quick"],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=60)

@@ -1,19 +1,18 @@
-"""The README's "A short tour" runs as written.
+"""docs/tour.md, the tour of the commands the README points to, runs as written.
 
-The tour block is read from README.md as it is today (backslash continuations joined, comments and
-the `. .venv/bin/activate` line dropped) and every line runs with this interpreter's environment
-on PATH, as a user runs it from the repository root after `make demo`. Only lines that need what
-this machine may lack are skipped: those after the block's "# on a GPU" comment, those with
-`--device cuda`, and `zoo train` (hours).
+The tour block is read from docs/tour.md as it is today (backslash continuations joined, comments
+and the `. .venv/bin/activate` line dropped) and every line runs with this interpreter's
+environment on PATH, as a user runs it from the repository root after `make demo`. Only lines that
+need what this machine may lack are skipped: those after the block's "# on a GPU" comment, those
+with `--device cuda`, and `zoo train` (hours).
 
 Lines are grouped into chains by the files they share: a line joins the chain of every earlier line
 whose output it names, to read it or to write it again (a word equal to the value an earlier line
-gave `-o`, `--output`, `--drift-out` or `--name`). Each chain runs in order in its own fresh
-folder holding only a link to the repository's `examples/`, which the tour reads, so xdist can run
-chains side by side; a line that reads an earlier output under another spelling finds nothing and
-fails, it is never skipped. HOME and the profile directory point into the folder, so
-`profile-hw --name mybox` writes nothing outside it.
-"""
+gave `-o`, `--output`, `--drift-out` or `--name`). Each chain runs in order in its own fresh folder
+holding only a link to the repository's `examples/`, which the tour reads, so xdist can run chains
+side by side; a line that reads an earlier output under another spelling finds nothing and fails,
+it is never skipped. HOME and the profile directory point into the folder, so `profile-hw --name
+mybox` writes nothing outside it."""
 
 from __future__ import annotations
 
@@ -29,7 +28,8 @@ import pytest
 from specscope.hw_profiles.profile import PROFILE_DIR_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
-TOUR_HEADING = "## A short tour"
+TOUR_HEADING = "# A short tour"
+TOUR = ROOT / "docs" / "tour.md"
 GPU_COMMENT = "# on a GPU"
 OUTPUT_FLAGS = ("-o", "--output", "--drift-out", "--name")
 LINE_TIMEOUT_S = 600
@@ -38,9 +38,9 @@ LINE_TIMEOUT_S = 600
 def tour_block(readme: str) -> list[str]:
     """The raw lines of the first ```sh block after the tour heading."""
     _, found, after = readme.partition(TOUR_HEADING)
-    assert found, f"README.md has no {TOUR_HEADING!r} section"
+    assert found, f"docs/tour.md has no {TOUR_HEADING!r} heading"
     _, found, block = after.partition("```sh\n")
-    assert found, f"README.md's {TOUR_HEADING!r} section has no ```sh block"
+    assert found, "docs/tour.md has no ```sh block"
     return block.partition("\n```")[0].splitlines()
 
 
@@ -86,7 +86,7 @@ def chains(commands: list[str]) -> list[list[tuple[int, str]]]:
     return [[(i + 1, commands[i]) for i in sorted(g)] for g in groups if g]
 
 
-COMMANDS = tour_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+COMMANDS = tour_commands(TOUR.read_text(encoding="utf-8"))
 CHAINS = chains(COMMANDS)
 
 
@@ -110,7 +110,7 @@ def test_lines_that_read_an_earlier_output_join_its_chain() -> None:
 
 
 def test_the_tour_has_its_commands_and_every_one_runs_in_one_chain() -> None:
-    assert len(COMMANDS) >= 10, "the README's tour lost its commands"
+    assert len(COMMANDS) >= 10, "docs/tour.md lost its commands"
     assert sorted(i for chain in CHAINS for i, _ in chain) == list(range(1, len(COMMANDS) + 1))
 
 
@@ -127,6 +127,6 @@ def test_every_tour_line_runs_in_a_fresh_folder(chain: list[tuple[int, str]], tm
         done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=LINE_TIMEOUT_S)
         assert done.returncode == 0, (
-            f"README tour command {i} of the {len(COMMANDS)} run here exited "
+            f"tour command {i} of the {len(COMMANDS)} run here exited "
             f"{done.returncode}:\n  {command}\n"
             f"stderr (last lines):\n{os.linesep.join(done.stderr.splitlines()[-10:])}")
