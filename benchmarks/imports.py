@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import commit, cpu_name  # benchmarks/provenance.py (run from benchmarks/)
 from rich.console import Console
 from rich.table import Table
 
@@ -92,12 +93,8 @@ def provenance(args: argparse.Namespace) -> str:
     Python, the date and the command."""
     where = subprocess.run([sys.executable, "-c", "import specscope; print(specscope.__file__)"],
                            capture_output=True, text=True, check=True).stdout.strip()
-    commit = subprocess.run(["git", "-C", str(Path(where).parent), "rev-parse", "--short",
-                             "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown CPU")
-    return (f"# benchmarks/imports.py: specscope {commit or 'unknown'}, {cpu}, "
+    return (f"# benchmarks/imports.py: specscope {commit(repo=Path(where).parent)}, "
+            f"{cpu_name()}, "
             f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, "
             f"{time.strftime('%Y-%m-%d')}\n"
             f"# command: python benchmarks/imports.py --mb {args.mb:g} --formats {args.formats}\n")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from provenance import cpu_name  # benchmarks/provenance.py (scripts run from benchmarks/)
 from rich.console import Console
 from rich.table import Table
 
@@ -102,14 +103,6 @@ def table(name: str, results: list[tuple[Row, GenerateResult]]) -> Table:
     return out
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux), for the results' provenance line."""
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.exists() else []
-    return next((line.split(":", 1)[1].strip() for line in lines
-                 if line.startswith("model name")), "cpu")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=4, help="prompts per workload")
@@ -124,7 +117,7 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     drafters = [d.strip() for d in args.drafters.split(",")]
     record = Console(width=160, record=True)
-    record.print(f"# benchmarks/methods.py on {cpu_model()}, {os.cpu_count()} cores, torch "
+    record.print(f"# benchmarks/methods.py on {cpu_name()}, {os.cpu_count()} cores, torch "
                  f"{torch.__version__}, {args.threads or 'default'} thread(s), "
                  f"{datetime.date.today()}; "
                  f"--n {args.n} --max-new {args.max_new} --budgets {args.budgets}", highlight=False)

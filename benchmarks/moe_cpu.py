@@ -51,13 +51,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+from provenance import commit  # benchmarks/provenance.py (scripts run from benchmarks/)
 from rich.console import Console
 from rich.table import Table
 
@@ -244,12 +244,9 @@ def routing_statistics(spec: ModelSpec, counts: dict[Shape, float]) -> tuple[flo
     return best[1], best[2]
 
 
-def pricing_commit() -> str:
-    """The last commit of the pricing code the predictions come from (provenance)."""
-    files = [f"specscope/{f}" for f in ("models/ops.py", "models/moe_ops.py",
-                                         "hw_profiles/cost.py")]
-    return subprocess.run(["git", "log", "-1", "--format=%h", "--", *files], capture_output=True,
-                          text=True, check=False, cwd=Path(__file__).parents[1]).stdout.strip()
+PRICING_FILES = ("specscope/models/ops.py", "specscope/models/moe_ops.py",
+                 "specscope/hw_profiles/cost.py")
+"""The pricing code the predictions come from (the header names its last commit)."""
 
 
 def main() -> None:
@@ -348,7 +345,7 @@ def main() -> None:
               f"# host micro-benchmark (host_ratios) now: an expert {host[0]:.3f}, the router "
               f"{host[1]:.3f} dense layers' host time; the pricing's: {EXPERT_HOST_LAYERS}, "
               f"{ROUTER_HOST_LAYERS}\n"
-              f"# pricing: ops.py, moe_ops.py and cost.py as of commit {pricing_commit()}\n"
+              f"# pricing: ops.py, moe_ops.py and cost.py as of commit {commit(*PRICING_FILES)}\n"
               f"# command: .venv/bin/python benchmarks/moe_cpu.py --repeats {args.repeats}\n")
     console = Console(record=True, width=190)
     console.print(table)

@@ -30,7 +30,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from provenance import cpu_name  # benchmarks/provenance.py (scripts run from benchmarks/)
 from rich.console import Console
 from rich.table import Table
 
@@ -232,9 +232,7 @@ def main() -> None:
         for name in (TARGET, DRAFT):
             export_llama(name, folder / name)
         sets = [measure(s, args, folder, session) for s in PROMPT_SETS]
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               platform.processor())
+    cpu = cpu_name()
     result = {"provenance": {"cpu": cpu, **threads.to_dict(), "torch": torch.__version__,
                              "transformers": transformers.__version__,
                              "date": datetime.date.today().isoformat(),

@@ -18,12 +18,11 @@ Run: `.venv/bin/python benchmarks/schedule_sim.py` (writes benchmarks/results/sc
 from __future__ import annotations
 
 import argparse
-import platform
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from provenance import commit, cpu_name  # benchmarks/provenance.py (run from benchmarks/)
 from rich.console import Console
 from rich.table import Table
 
@@ -115,12 +114,7 @@ def main() -> None:
                      f"lowest rate against the constant with the lowest TPOT there: "
                      + ", ".join(f"{t:+.1%}" for t in tpots)
                      + f" · {time.perf_counter() - start:.0f} s of simulation")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False, cwd=Path(__file__).parent).stdout.strip()
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor() or "CPU")
-    header = (f"# benchmarks/schedule_sim.py: specscope {commit}, {cpu}"
+    header = (f"# benchmarks/schedule_sim.py: specscope {commit()}, {cpu_name()}"
               f", {time.strftime('%Y-%m-%d')}; command: .venv/bin/python "
               f"benchmarks/schedule_sim.py --requests {args.requests}\n")
     console = Console(record=True, width=160)

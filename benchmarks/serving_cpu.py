@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import time
 
 import torch
+from provenance import cpu_name  # benchmarks/provenance.py (scripts run from benchmarks/)
 from rich.console import Console
 
 from specscope.names import LOAD_DRAFTERS
@@ -32,18 +32,6 @@ from specscope.validate.load import LoadRequest, default_policies, run_load_vali
 from specscope.validate.load_report import cell_table, ranking_lines, summary_table
 
 console = Console(width=200)
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else what `platform` knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -1,0 +1,30 @@
+"""Where a benchmark ran, for its results' header lines: the CPU's model and the commit of the
+code it measured (scripts run from benchmarks/ import it as `provenance`)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def commit(*paths: str, repo: Path = REPO) -> str:
+    """The short hash of `repo`'s HEAD, or of the last commit that touched `paths` (relative to
+    it); "unknown" outside a git checkout."""
+    command = ["git", "-C", str(repo), "log", "-1", "--format=%h", "--", *paths]
+    found = subprocess.run(command, capture_output=True, text=True, check=False).stdout.strip()
+    return found or "unknown"
