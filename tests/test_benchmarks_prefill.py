@@ -21,6 +21,13 @@ def prefill():
     return module
 
 
+def test_published_first_token_rows_are_priced_by_the_engines_deployment(prefill) -> None:
+    """TensorRT-LLM's rows take the engine's runtime, tree attention and last-position logits."""
+    rows = [p for p in prefill.prompts() if p.group == "TensorRT-LLM v0.5"]
+    assert {(p.runtime, p.attention) for p in rows} == {("compile", "split")}
+    assert all(p.predicted_ms > 0 for p in rows)
+
+
 def test_every_source_gives_its_prompts(prefill) -> None:
     groups = [p.group for p in prefill.prompts()]
     assert (groups.count("h100 fit"), groups.count("gpu-run held out"),
@@ -32,13 +39,12 @@ def test_the_fitted_prompts_are_priced_as_the_fit_prices_them(prefill) -> None:
     only under the dense mask those rows ran with; as flash prompts they would not."""
     fitted = [p for p in prefill.prompts() if p.group == "h100 fit"]
     assert {p.attention for p in fitted} == {"dense"}
-    errors = [abs(p.predict_ms() / p.measured_ms - 1) for p in fitted]
+    errors = [abs(p.predicted_ms / p.measured_ms - 1) for p in fitted]
     assert np.median(errors) < 0.05
 
 
 def test_a_summary_groups_rows_by_key(prefill) -> None:
-    a, b = prefill.prompts()[:2]
-    rows = [(a, 1.1), (b, 0.8), (a, 1.0)]
+    rows = [prefill.Prompt("g", "h100", "m", "eager", 8, 10.0, ms) for ms in (11.0, 8.0, 10.0)]
     (label, n, med, signed), = prefill.summary(rows, lambda p: "all")
     assert (label, n) == ("all", 3)
     assert med == pytest.approx(0.1) and signed == pytest.approx(0.0)
