@@ -36,9 +36,8 @@ import numpy as np
 
 from specscope.errors import InputError
 from specscope.interop.families import best_chain, best_topk, depth_limit
-from specscope.optimizers.compare import DP_REFERENCE, Setup, unavailable
+from specscope.optimizers.compare import Setup, best_any_size
 from specscope.optimizers.scoring import Score, score_tree
-from specscope.optimizers.select import choose_size
 from specscope.schedule import Range, Schedule, merged
 from specscope.tree import Tree
 
@@ -174,12 +173,7 @@ def _best(setup: Setup, budget: int, family: str) -> Score | None:
         return best_chain(setup, budget) if depth_limit(budget, setup.max_depth) else None
     if family == "topk":
         return best_topk(setup, budget, min(MAX_TOPK, np.asarray(setup.p).shape[-1]))[1]
-    if unavailable(DP_REFERENCE, setup, budget) is not None:
-        return best_chain(setup, budget)
-    dp = setup.sequoia(budget, setup.max_depth)
-    steps = setup.pricing.step_table(budget, dp.table.shape[1] - 1, setup.source)
-    tree = dp.tree(*choose_size(dp.table, range(1, budget + 1), steps), source=setup.source)
-    return score_tree(DP_REFERENCE, tree, setup.value(tree), setup.pricing)
+    return best_any_size(setup, budget)
 
 
 def _constants(setup: Setup, budget: int, family: str, chosen: list[Tree | None]
