@@ -14,8 +14,10 @@ A schedule file is JSON: `{"schedule": [{"batch": [lo, hi], "context": [lo, hi] 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -84,24 +86,35 @@ class Schedule:
             groups.setdefault(b.context, []).append(b)
         return groups
 
+    @cached_property
+    def _lookup(self) -> tuple[tuple[Range | None, list[int], list[int]], ...]:
+        """Per context range (in first-seen order): its buckets' first batch sizes, ascending,
+        and their indices in `buckets`; built once, as `choice` runs per request per step."""
+        out = []
+        for context, group in self._groups().items():
+            ordered = sorted(group, key=lambda b: b.batch)
+            out.append((context, [b.batch[0] for b in ordered],
+                        [self.buckets.index(b) for b in ordered]))
+        return tuple(out)
+
     @property
     def max_batch(self) -> int:
         """The largest batch size the schedule covers."""
         return max(b.batch[1] for b in self.buckets)
 
+    def index(self, batch: int, context: int = 0) -> int:
+        """The index in `buckets` of the bucket for a step of `batch` sequences at `context`
+        tokens; a batch above its context's last range takes that range's bucket, as vLLM's
+        last range extends to its scheduler's limit."""
+        for rng, starts, indices in self._lookup:
+            if rng is None or rng[0] <= context <= rng[1]:
+                return indices[bisect_right(starts, max(batch, 1)) - 1]
+        raise InputError(f"schedule: no bucket holds batch {max(batch, 1)} at context {context}")
+
     def choice(self, batch: int, context: int = 0) -> Tree | None:
-        """The tree for a step of `batch` sequences at `context` tokens (None: no speculation);
-        a batch above its context's last range takes that range's choice, as vLLM's last
-        range extends to its scheduler's limit."""
-        batch = max(batch, 1)
-        for group in self._groups().values():
-            if not group[0].holds(group[0].batch[0], context):
-                continue
-            top = max(group, key=lambda b: b.batch[1])
-            for bucket in group:
-                if bucket.holds(min(batch, top.batch[1]), context):
-                    return bucket.tree
-        raise InputError(f"schedule: no bucket holds batch {batch} at context {context}")
+        """The tree for a step of `batch` sequences at `context` tokens (None: no speculation;
+        `index`)."""
+        return self.buckets[self.index(batch, context)].tree
 
     @classmethod
     def constant(cls, tree: Tree | None, max_batch: int) -> Schedule:

@@ -25,18 +25,17 @@ class ScheduledTree(Policy):
                              "-o)")
         self._schedule = setup.schedule
         self._by_batch = all(b.context is None for b in setup.schedule.buckets)
-        self._by_tree: dict[Tree | None, Speculation] = {}
+        # One Speculation per bucket, built once: each step looks a bucket's index up
+        by_tree: dict[Tree | None, Speculation] = {}
+        for b in setup.schedule.buckets:
+            if b.tree not in by_tree:
+                by_tree[b.tree] = Speculation.none() if b.tree is None else Speculation.of(b.tree)
+        self._specs = [by_tree[b.tree] for b in setup.schedule.buckets]
 
     def plan(self, view: StepView) -> list[Speculation]:
         """Each slot's tree at the batch's size and the slot's context."""
         batch = len(view.slots)
+        index = self._schedule.index
         if self._by_batch:  # one choice for the whole step
-            return [self._speculation(self._schedule.choice(batch))] * batch
-        return [self._speculation(self._schedule.choice(batch, slot.context_len))
-                for slot in view.slots]
-
-    def _speculation(self, tree: Tree | None) -> Speculation:
-        """One `Speculation` per distinct tree (None: the root alone)."""
-        if tree not in self._by_tree:
-            self._by_tree[tree] = Speculation.none() if tree is None else Speculation.of(tree)
-        return self._by_tree[tree]
+            return [self._specs[index(batch)]] * batch
+        return [self._specs[index(batch, slot.context_len)] for slot in view.slots]
