@@ -73,8 +73,9 @@ class Engine:
     them (0: they are seconds on the host the eager runtimes were measured on);
     loop_from_profile: under them, the terms (`LoopCosts` fields; all of them for
     `from_profile = true`) of the loop profile-hw measured on `measured_on` ("" for the box
-    itself), those in `uncarried` taken as measured (host work a GPU's launch cost does not
-    multiply: CPU-tensor and Python work); device_layer_ratio: the engine's fixed device time
+    itself); uncarried: the terms, carried from the profile or stated, taken as measured (over
+    the box's host speed only: host work a GPU's launch cost does not multiply, CPU-tensor and
+    Python work); device_layer_ratio: the engine's fixed device time
     per layer (its kernels' launches and gaps) over specscope's Transformer's under the same
     runtime (a fused engine runs fewer kernels a layer); host_layer_ratio: the engine's model
     code's eager
@@ -136,11 +137,13 @@ class Engine:
             if source.name != hw.name:
                 base = dataclasses.replace(
                     base.carried(host_scale(source, hw)),
-                    **{f: getattr(base, f) / hw.host_speed for f in self.uncarried})
+                    **{f: getattr(base, f) / hw.host_speed for f in self.uncarried
+                       if f in self.loop_from_profile})
         factor = (_eager_layer_s(hw) / self.reference_layer_s if self.reference_layer_s
                   else 1.0 / hw.host_speed)
         return dataclasses.replace(
-            base, **{k: v * factor for k, v in self.stated.items()},
+            base, **{k: v * (1.0 / hw.host_speed if k in self.uncarried else factor)
+                     for k, v in self.stated.items()},
             drafter={**base.drafter, **{k: v * factor for k, v in self.stated_drafters.items()}},
             step_per_row=not self.batched_step)
 
@@ -215,9 +218,6 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
                          f"{measured_on!r}")
     from_profile = _terms(table.get("from_profile", False), "from_profile", where)
     uncarried = _terms(table.get("uncarried", []), "uncarried", where)
-    if not set(uncarried) <= set(from_profile) or "drafter" in uncarried:
-        raise InputError(f"{where}: [loop] uncarried names terms from_profile does not take "
-                         "(or drafter)")
     drafters = {}
     values: dict[str, float] = {}
     for key, value in table.items():
@@ -233,6 +233,9 @@ def _parse(data: dict[str, Any], path: Path) -> Engine:
             drafters[drafter] = seconds
         else:
             values[name] = seconds
+    if not set(uncarried) <= {*from_profile, *values} or "drafter" in uncarried:
+        raise InputError(f"{where}: [loop] uncarried names terms neither from_profile takes nor "
+                         "the file states (or drafter)")
     reference = _number(table.get("reference_layer_us", 0.0), "[loop] reference_layer_us", where,
                         HOST_US_MAX, "µs")
     batched_step, draft_cache = table.get("batched_step", False), data.get("draft_cache", False)
