@@ -1,5 +1,7 @@
-"""What stock Hugging Face decoding costs the host beyond its forwards, on this CPU: the source of
-the `hf-eager` engine's `baseline_token_us` (specscope/hw_profiles/data/engines/hf-eager.toml).
+"""What stock Hugging Face decoding costs the host beyond its forwards, on this CPU, and its decoder
+layer against specscope's: the source of the research engines' `host_layer_ratio`
+(specscope/hw_profiles/data/engines/); benchmarks/research_loops.py, which shares its model
+builders, now measures their loop terms, hf-eager's `baseline_token_us` among them.
 
 Run: .venv/bin/python benchmarks/engine_overheads.py [--tokens 64] [--repeats 7] [--threads 1]
 
@@ -122,13 +124,12 @@ def per_token(tokens: int, repeats: int) -> tuple[float, float]:
 
 
 def per_layer(repeats: int) -> tuple[float, float]:
-    """(transformers, specscope) host seconds per decoder layer of a one-token cached forward."""
-    from executor import fastest_ms
+    """(transformers, specscope) host seconds per decoder layer of a one-token cached forward:
+    loop_fit.layer_us's slope over 2 and 10 layers, as research_loops.py measures it."""
+    from loop_fit import layer_us
 
-    times = {layers: (fastest_ms(hf_layer_step(layers), repeats * 5) / 1e3,
-                      fastest_ms(specscope_layer_step(layers), repeats * 5) / 1e3)
-             for layers in (2, 10)}
-    return tuple((times[10][i] - times[2][i]) / 8 for i in (0, 1))
+    return (layer_us(hf_layer_step, repeats * 5) * 1e-6,
+            layer_us(specscope_layer_step, repeats * 5) * 1e-6)
 
 
 def main() -> None:

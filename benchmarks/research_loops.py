@@ -140,9 +140,8 @@ def build_medusa(tmp: Path, heads: int, agree: bool = False):
     return model
 
 
-def run_eagle(model, steps: int, tokens: int) -> float:
-    """Runs `eagenerate` for `tokens` new tokens (at least `steps` steps when every drafted
-    token is accepted); returns mean tokens accepted per step."""
+def run_eagle(model, tokens: int) -> float:
+    """Runs `eagenerate` for `tokens` new tokens; returns mean tokens accepted per step."""
     import torch
 
     prompt = torch.arange(1, PROMPT + 1).unsqueeze(0)
@@ -178,7 +177,7 @@ def research_part(repeats: int, steps: int, quick: bool) -> dict:
                 clock.wrap(model.base_model.lm_head, "head")
                 clock.wrap(model.ea_layer, "draft")
                 tokens = steps * (config.args["depth"] + 1 if config.args["agree"] else 1)
-                run = partial(run_eagle, model, steps, tokens)
+                run = partial(run_eagle, model, tokens)
             else:
                 choices = config.args["choices"]
                 model = build_medusa(Path(tmp), len(choices) - 1, config.args["agree"])
@@ -350,7 +349,9 @@ def write(research: dict, hf: dict, args, elapsed: float) -> None:
         f"{research['transformers']}, .venv transformers {hf['transformers']}; "
         f"{time.strftime('%Y-%m-%d')}, {elapsed:.0f} s")
     if not args.quick:
-        RESULT.write_text(console.export_text())
+        from specscope.atomic import write_text_atomic  # .venv's part: .venv-research has none
+
+        write_text_atomic(RESULT, console.export_text())
 
 
 if __name__ == "__main__":
