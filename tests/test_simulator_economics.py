@@ -97,3 +97,23 @@ def test_the_front_serves_each_choice_over_the_rate_ladder(cli: Cli) -> None:
     assert [r["on_front"] for r in rows] == flags and any(flags)
     assert all(r["usd_per_million_tokens"] > 0 for r in rows)
     refused(cli(*common, "--policy", "none", "--front", "0,1"), "--front")
+
+
+def test_the_front_reuses_the_run_at_multiple_one_and_refuses_an_arrival_file(
+        cli: Cli, tmp_path: Path) -> None:
+    req = SimulateRequest(
+        deployment=deployment("h100", target="llama-3.1-8b", drafter="llama-3.2-1b",
+                              max_batch=16),
+        policy="static", tree=Tree.chain(2, "draft:llama-3.2-1b"), acceptance=(0.6, 0.1),
+        rate=10.0, requests=30, prompt_len="256", output_len="64", seed=0)
+    counts: list[tuple[int, int]] = []
+    rerun = serving_front(req, [2, 1, 0.5, 1])
+    reused = serving_front(req, [2, 1, 0.5, 1], base=run_simulation(req).summary,
+                           progress=lambda done, total: counts.append((done, total)))
+    assert reused == rerun and counts == [(1, 3), (2, 3), (3, 3)]
+    times = tmp_path / "arrivals.txt"
+    times.write_text("0\n0.1\n0.2\n")
+    refused(cli("simulate", "--hw", "h100", "--target", "llama-3.1-8b", "--drafter",
+                "llama-3.2-1b", "--acceptance", "0.6,0.1", "--rate", "10", "--requests", "3",
+                "--policy", "none", "--front", "1,2", "--arrival-file", times),
+            "--front", "--arrival-file")

@@ -59,6 +59,7 @@ from specscope.cli.common import (
     _report_serving,
     console,
 )
+from specscope.errors import InputError
 
 
 def simulate(
@@ -156,6 +157,9 @@ def simulate(
     from specscope.systems.registry import system_options as parse_system
     from specscope.trace import read_trace
 
+    if front is not None and arrival_file is not None:
+        raise InputError("--front scales --rate, which --arrival-file's arrival times ignore "
+                         "(every rung would be one run): give --front or --arrival-file")
     trace, vector = _acceptance_inputs(trace, acceptance)
     setup = deployment(hw, target=target, drafter=drafter, engine=engine, runtime=runtime,
                        draft_runtime=draft_runtime, tree_attention=tree_attention,
@@ -193,10 +197,10 @@ def simulate(
             from specscope.simulator.fronts import serving_front
 
             multiples = _csv_floats(front, "--front")
-            bar.update(task, completed=0, total=len(multiples), description="rate ladder")
+            bar.update(task, completed=0, total=len(set(multiples)), description="rate ladder")
             result.summary["front"] = serving_front(
                 request, multiples, progress=lambda done, total: bar.update(
-                    task, completed=done, total=total))
+                    task, completed=done, total=total), base=result.summary)
     _report_serving(result, as_json, output)
     if front is not None and not as_json:
         from specscope.tables import front_table

@@ -28,19 +28,23 @@ FRONT_KEYS = ("throughput_tok_s", "goodput_tok_s", "tokens_per_s_per_gpu", "good
 
 
 def serving_front(req: SimulateRequest, multiples: Sequence[float],
-                  progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+                  progress: Callable[[int, int], None] | None = None,
+                  base: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per (choice, rate) of `req` at `req.rate` × each of `multiples`: `FRONT_KEYS`,
-    and whether the point is on its choice's front and on the overall one."""
+    and whether the point is on its choice's front and on the overall one. `base`: the
+    summary of `req` itself (multiple 1), when the caller has run it already."""
     if not multiples or any(not m > 0 for m in multiples):
         raise InputError(f"--front: rate multiples must be > 0, got {list(multiples)}")
     rows: list[dict[str, Any]] = []
-    for i, multiple in enumerate(sorted(set(multiples))):
-        summary = run_simulation(dataclasses.replace(req, rate=req.rate * multiple)).summary
+    ladder = sorted(set(multiples))
+    for i, multiple in enumerate(ladder):
+        summary = base if multiple == 1 and base is not None else run_simulation(
+            dataclasses.replace(req, rate=req.rate * multiple)).summary
         for choice, values in _choices(summary).items():
             rows.append({"choice": choice, "rate": req.rate * multiple,
                          **{k: values.get(k) for k in FRONT_KEYS}})
         if progress:
-            progress(i + 1, len(multiples))
+            progress(i + 1, len(ladder))
     points = [(r["goodput_per_gpu"], r["tokens_per_s_per_user"]) for r in rows]
     for row, overall in zip(rows, pareto(points), strict=True):
         row["on_front"] = overall
