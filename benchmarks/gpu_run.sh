@@ -34,7 +34,8 @@
 # --budget SECONDS: `all` starts no stage that its estimate says would end past the budget, and
 # cuts a running one at it (resume with --merge); a cuda `all` defaults to PLAN_S (12 minutes:
 # by the estimates, env and the four never-run stages take 645 s and the summary 10, so profile,
-# load and the rest run only in a later call). Each stage is cut at 8 minutes (cuda).
+# load and the rest run only in a later call; --budget 0: no budget). Each stage is cut at 8
+# minutes (cuda).
 # --compile-mode: torch.compile's mode for the compiled steps (default, or
 # max-autotune-no-cudagraphs). --dry-run prints each stage's commands and runs nothing.
 #
@@ -63,7 +64,7 @@ PYTHON=${PYTHON:-python3}
 DEVICE=cuda
 MERGE=0
 FROM=""
-BUDGET=0
+BUDGET=""
 COMPILE_MODE=default
 DRY=0
 while [ $# -gt 0 ]; do
@@ -84,8 +85,10 @@ done
 STAGE=$1
 OUT=$2
 case "$DEVICE" in cuda|cpu) ;; *) echo "gpu_run.sh: --device must be cuda or cpu" >&2; exit 2 ;; esac
-case "$BUDGET" in ''|*[!0-9]*) echo "gpu_run.sh: --budget takes whole seconds" >&2; exit 2 ;; esac
-if [ "$BUDGET" = 0 ] && [ "$DEVICE" = cuda ] && [ "$STAGE" = all ]; then BUDGET=$PLAN_S; fi
+if [ -z "$BUDGET" ]; then  # unstated: a cuda `all` takes PLAN_S, anything else none (0)
+  if [ "$DEVICE" = cuda ] && [ "$STAGE" = all ]; then BUDGET=$PLAN_S; else BUDGET=0; fi
+fi
+case "$BUDGET" in *[!0-9]*) echo "gpu_run.sh: --budget takes whole seconds" >&2; exit 2 ;; esac
 case "$COMPILE_MODE" in default|max-autotune-no-cudagraphs) ;;
   *) echo "gpu_run.sh: --compile-mode must be default or max-autotune-no-cudagraphs" >&2
      exit 2 ;;

@@ -424,3 +424,12 @@ def test_a_cuda_all_runs_the_never_run_stages_first_within_12_minutes(tmp_path):
     assert sum(estimate[s] for s in first) <= 12 * 60
     assert all("later call" in heads[stages.index(s)]
                for s in ("profile", "load", "validate", "steps-small"))
+
+
+def test_a_zero_budget_plans_every_stage(tmp_path):
+    """--budget 0 switches the cuda `all` default budget off: no stage is left for later."""
+    done = subprocess.run(["bash", str(RUNBOOK), "--device", "cuda", "--budget", "0", "--dry-run",
+                           "all", str(tmp_path / "out")], capture_output=True, text=True,
+                          check=True, timeout=60)
+    heads = [line for line in done.stdout.splitlines() if line.startswith("# ")]
+    assert len(heads) == 10 and not any("later call" in h for h in heads)
