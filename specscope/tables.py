@@ -223,8 +223,8 @@ def error_table(summaries: list[Any], by: str = "family") -> Table:
 
 
 def export_lines(doc: dict[str, Any]) -> list[str]:
-    """An export document as lines: the engine's configuration, its command, and the predicted
-    speedup against the unconstrained optimum when known."""
+    """An export document as lines: the engine's configuration, the predicted speedup against
+    the unconstrained optimum when known, its command (when it has one) and its notes."""
     lines = [f"[bold]{doc['engine']}[/] ({doc['method']}): " + strict_json(doc["config"], None)]
     if "family" in doc:
         lines.append(f"predicted {doc['predicted']:.3f}× against {doc['unconstrained']:.3f}× "
@@ -233,7 +233,8 @@ def export_lines(doc: dict[str, Any]) -> list[str]:
     elif doc.get("predicted") is not None:
         lines.append(f"optimize-tree predicted {doc['predicted']:.3f}× for this tree (the "
                      f"file's best: {doc['unconstrained']:.3f}×)")
-    lines.append(f"command: {doc['command']}")
+    if doc["command"]:
+        lines.append(f"command: {doc['command']}")
     lines += [f"note: {note}" for note in doc.get("notes", [])]
     return lines
 

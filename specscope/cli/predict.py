@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -351,7 +350,7 @@ def _schedule(request: OptimizeRequest, export: tuple[str | None, str | None, st
     from specscope.interop.schedule_search import family_for, search_schedule
     from specscope.optimizers.run import run_optimize
     from specscope.simulator.run import MAX_BATCH
-    from specscope.tables import schedule_table
+    from specscope.tables import export_lines, schedule_table
 
     if request.budgets is not None or request.budget is None:
         raise InputError("--schedule chooses within one --budget; --budgets compares sizes")
@@ -380,11 +379,7 @@ def _schedule(request: OptimizeRequest, export: tuple[str | None, str | None, st
         return
     console.print(schedule_table(found))
     if to is not None:
-        for line in (f"{to} ({document['export']['method']}): "
-                     f"{json.dumps(document['export']['config'])}",
-                     *(f"note: {n}" for n in document["export"]["notes"]),
-                     *([f"command: {document['export']['command']}"]
-                       if document["export"]["command"] else [])):
+        for line in export_lines(document["export"]):
             console.print(line, soft_wrap=True, highlight=False)
 
 
