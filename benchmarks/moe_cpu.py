@@ -57,8 +57,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from provenance import commit  # benchmarks/provenance.py (scripts run from benchmarks/)
-from rich.console import Console
+from provenance import (  # benchmarks/provenance.py (scripts run from benchmarks/)
+    commit,
+    write_results,
+)
 from rich.table import Table
 
 from specscope.executor.batched_transformer import batch_target
@@ -347,10 +349,7 @@ def main() -> None:
               f"{ROUTER_HOST_LAYERS}\n"
               f"# pricing: ops.py, moe_ops.py and cost.py as of commit {commit(*PRICING_FILES)}\n"
               f"# command: .venv/bin/python benchmarks/moe_cpu.py --repeats {args.repeats}\n")
-    console = Console(record=True, width=190)
-    console.print(table)
-    args.out.write_text(header + console.export_text())
-    print(header, end="")
+    write_results(args.out, header, table, 190)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provenance import commit, cpu_name  # benchmarks/provenance.py (run from benchmarks/)
-from rich.console import Console
+from provenance import (  # benchmarks/provenance.py (run from benchmarks/)
+    commit,
+    cpu_name,
+    write_results,
+)
 from rich.table import Table
 
 from specscope.hw_profiles.deployment import deployment
@@ -117,10 +120,7 @@ def main() -> None:
     header = (f"# benchmarks/schedule_sim.py: specscope {commit()}, {cpu_name()}"
               f", {time.strftime('%Y-%m-%d')}; command: .venv/bin/python "
               f"benchmarks/schedule_sim.py --requests {args.requests}\n")
-    console = Console(record=True, width=160)
-    console.print(table)
-    args.out.write_text(header + console.export_text())
-    print(header, end="")
+    write_results(args.out, header, table, 160)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from provenance import REPO, commit  # benchmarks/provenance.py (scripts run from benchmarks/)
 from rich.console import Console
 from rich.table import Table
 
@@ -51,7 +52,6 @@ ROUNDS = 5
 P = (0.72, 0.1, 0.04, 0.02, 0.01, 0.01)
 """llama-3.2-1b's acceptance by rank (examples/sweep-sim.toml)."""
 SOURCE = "draft:llama-3.2-1b"
-REPO = Path(__file__).resolve().parent.parent
 TABLES = ("requests", "events", "timeseries")
 
 
@@ -164,8 +164,7 @@ def _differences(old: Path, new: Path) -> list[str]:
 
 def speed() -> None:
     """The speed workload under `BASELINE`'s simulator and the current one (module docstring)."""
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    head = commit()
     walls: dict[str, list[float]] = {BASELINE: [], "current": []}
     tokens = 0
     with tempfile.TemporaryDirectory() as folder:
