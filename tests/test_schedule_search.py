@@ -90,6 +90,10 @@ def test_the_command_writes_the_schedule(cli: Cli) -> None:
                 "0.55,0.1", "--budgets", "4,8", "--schedule"), "--schedule", "--budget")
     refused(cli("optimize-tree", "--hw", "h100", "--target", "llama-3.1-8b", "--acceptance",
                 "0.55,0.1", "--max-batch", "8"), "--max-batch", "--rate or --schedule")
+    for extra in (["--rate", "5"], ["--requests", "50"], ["--prompt-len", "256"],
+                  ["--output-len", "64"], ["--rate", "5", "--prompt-len", "256"]):
+        refused(cli("optimize-tree", "--hw", "h100", "--target", "llama-3.1-8b", "--acceptance",
+                    "0.55,0.1", "--schedule", *extra), extra[0], "--schedule")
 
 
 def test_context_buckets_each_cover_the_batch_sizes_that_fit(setup) -> None:

@@ -171,9 +171,25 @@ class Needs:
                              f"{flag} {','.join(sorted(chosen)) or 'is unset'} runs without it")
 
 
+@dataclass(frozen=True)
+class Excludes:
+    """Marks an option the command ignores when any of its flags `option` is set (`--rate`
+    with `optimize-tree --schedule`): given with one, it is refused rather than silently
+    ignored."""
+
+    option: tuple[str, ...]
+
+    def check(self, params: dict[str, Any], given: str, flags: dict[str, str]) -> None:
+        """One `InputError` line naming `given` and the first of `option` that is set."""
+        for name in self.option:
+            if params.get(name):
+                flag = flags.get(name, f"--{name.replace('_', '-')}")
+                raise InputError(f"{given} is not used with {flag}: give one of them")
+
+
 def declared(command: TyperCommand) -> dict[str, tuple[Any, ...]]:
     """Each parameter of `command`'s function: (its type, its `Annotated` marks after the
-    typer option: `Choices`, `Range`, `Needs`, `Output`)."""
+    typer option: `Choices`, `Range`, `Needs`, `Excludes`, `Output`)."""
     signature = inspect.signature(inspect.unwrap(command.callback), eval_str=True)
     out = {}
     for name, parameter in signature.parameters.items():
@@ -184,8 +200,8 @@ def declared(command: TyperCommand) -> dict[str, tuple[Any, ...]]:
 
 def check_options(command: TyperCommand, ctx: Context) -> None:
     """Refuse, before any work, an empty value, a value outside its `Choices`, a non-finite
-    number, a number outside its `Range`, an option given without the option it `Needs`, and
-    an output path that `check_output` refuses."""
+    number, a number outside its `Range`, an option given without the option it `Needs` or with
+    one it `Excludes`, and an output path that `check_output` refuses."""
     params = ctx.params
     marks_of = declared(command)
     flags = {p.name: max(p.opts, key=len) for p in command.params if isinstance(p, TyperOption)}
@@ -208,7 +224,7 @@ def check_options(command: TyperCommand, ctx: Context) -> None:
         for mark in marks:
             if isinstance(mark, Choices) and given:
                 mark.check(value, option)
-            elif isinstance(mark, Needs) and given:
+            elif isinstance(mark, Needs | Excludes) and given:
                 mark.check(params, option, flags)
             elif isinstance(mark, Range):
                 mark.check(value, option)

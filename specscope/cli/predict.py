@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specscope.cli.checks import Choices, Needs, Output, Range
+from specscope.cli.checks import Choices, Excludes, Needs, Output, Range
 from specscope.cli.common import (
     AsJson,
     Budget,
@@ -191,9 +191,10 @@ def optimize_tree(
     rate: Annotated[float | None, typer.Option(
         help="Choose for this request rate (arrivals/s) by simulating it: the trees are "
              "optimised at the batch the load builds and each is served beside plain decoding "
-             "and SmartSpec."), Range(0, low_closed=False)] = None,
+             "and SmartSpec."), Range(0, low_closed=False), Excludes(("schedule",))] = None,
     requests: Annotated[int, typer.Option(min=1, help="--rate: arrivals each simulation "
-                                                      "serves.")] = 200,
+                                                      "serves."),
+                        Excludes(("schedule",))] = 200,
     schedule: Annotated[bool, typer.Option(
         "--schedule", help="Choose per running batch size 1..--max-batch (default: the "
                            "--engine's or --to's scheduler limit, else 32) within the engine's "
@@ -206,8 +207,9 @@ def optimize_tree(
                                     "split at their geometric midpoints)."),
         Needs(("schedule",), ())] = None,
     max_batch: Annotated[ServerMaxBatch, Needs(("rate", "schedule"), ())] = None,
-    prompt_len: Annotated[PromptLen, Needs(("rate",), ())] = None,
-    output_len: Annotated[WorkloadOutputLen, Needs(("rate",), ())] = None,
+    prompt_len: Annotated[PromptLen, Excludes(("schedule",)), Needs(("rate",), ())] = None,
+    output_len: Annotated[WorkloadOutputLen, Excludes(("schedule",)), Needs(("rate",), ())
+                          ] = None,
     ets_kv_penalty: Annotated[float, typer.Option(help="ETS λ_kv (authors: 0)."), Range(0)] = 0.0,
     ets_coverage: Annotated[float, typer.Option(help="ETS λ_cov over sources (authors: 0)."),
                             Range(0)] = 0.0,
