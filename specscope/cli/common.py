@@ -37,6 +37,10 @@ Stages = Annotated[int, typer.Option(
 ExportMethod = Annotated[str | None, typer.Option(
     help="The engine's method (default: the source's: a draft model's, or n-gram prompt "
          "lookup), e.g. eagle3 (vllm), EAGLE3 (sglang), Eagle3 (tensorrt-llm).")]
+EngineVersion = Annotated[str | None, typer.Option(
+    "--engine-version", help="The engine's release to target (vLLM; default: the current, which "
+                             "verifies chains only: 0.20.2 or earlier takes trees; before "
+                             "0.24.0 a --schedule is written as its best constant).")]
 EngineName = Annotated[str | None, typer.Option(
     "--engine", help="Software stack to price (hw_profiles/data/engines: runtimes, tree "
                      "attention, the speculative loop's host work, the baseline's stack); "
@@ -164,6 +168,9 @@ ArrivalCv = Annotated[float, typer.Option("--cv", help="Gamma arrivals: coeffici
                       Range(0, low_closed=False)]
 ArrivalFile = Annotated[Path | None, typer.Option(help="Arrival times, one number of seconds "
                                                        "per line.")]
+ScheduleFile = Annotated[Path | None, typer.Option(
+    "--schedule", help="--policy schedule's table: optimize-tree --schedule -o output (a tree, "
+                       "or none, per running batch size and, where it states them, context).")]
 SloTpot = Annotated[float | None, typer.Option(help="TPOT SLO of goodput (ms)."),
                     Range(0, low_closed=False)]
 SloTtft = Annotated[float | None, typer.Option(help="TTFT SLO of goodput (ms)."),

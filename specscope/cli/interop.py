@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from specscope.cli.checks import Choices, Needs, Output
-from specscope.cli.common import AsJson, ExportMethod, Force, _emit, console
+from specscope.cli.common import AsJson, EngineVersion, ExportMethod, Force, _emit, console
 from specscope.errors import InputError
 
 FromSGLang = Needs(("source_format",), ("sglang-log",))
@@ -29,10 +29,7 @@ def export(
                                                      "tree's source's, else the drafter the "
                                                      "file records); a head's Hugging Face id "
                                                      "for a head method.")] = None,
-    engine_version: Annotated[str | None, typer.Option(
-        "--engine-version", help="The engine's release to target (vLLM; default: the current, "
-                                 "which verifies chains only: 0.20.2 or earlier takes trees)."
-                                 )] = None,
+    engine_version: EngineVersion = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here."),
                       Output(inputs=("tree",))] = None,

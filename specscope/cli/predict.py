@@ -17,6 +17,7 @@ from specscope.cli.common import (
     DraftVocab,
     DraftWindow,
     EngineName,
+    EngineVersion,
     ExpertParallel,
     ExpertPrecision,
     ExportMethod,
@@ -238,12 +239,7 @@ def optimize_tree(
                      "document, which `specscope export` reads)."),
         Choices("specscope.names:EXPORT_ENGINES")] = None,
     export_method: Annotated[ExportMethod, Needs(("to",), ())] = None,
-    engine_version: Annotated[str | None, typer.Option(
-        "--engine-version", help="The --to engine's release to target (vLLM; default: the "
-                                 "current, which verifies chains only: 0.20.2 or earlier takes "
-                                 "trees; before 0.24.0 a --schedule is written as its best "
-                                 "constant)."),
-        Needs(("to",), ())] = None,
+    engine_version: Annotated[EngineVersion, Needs(("to",), ())] = None,
     as_json: AsJson = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write JSON here."),
                       Output(inputs=("trace",))] = None,

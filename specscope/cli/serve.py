@@ -24,6 +24,7 @@ from specscope.cli.common import (
     MaxBatch,
     MetricsOutput,
     PolicyDepth,
+    ScheduleFile,
     Seed,
     SloTpot,
     StepRuntime,
@@ -54,9 +55,7 @@ def serve_bench(
                       Choices("specscope.names:SERVED_POLICIES")] = "none",
     tree: Annotated[Path | None, typer.Option(help="The static policy's tree: a tree JSON or "
                                                    "optimize-tree -o output.")] = None,
-    schedule: Annotated[Path | None, typer.Option(
-        "--schedule", help="--policy schedule's table: optimize-tree --schedule -o output (a "
-                           "tree, or none, per running batch size).")] = None,
+    schedule: ScheduleFile = None,
     trace: Annotated[Path | None, typer.Option(help="Trace of the drafter (smartspec's "
                                                     "acceptance, specdecpp's predictor).")
                      ] = None,

@@ -38,6 +38,7 @@ from specscope.cli.common import (
     PromptLen,
     RoutingRowExponent,
     RoutingSkew,
+    ScheduleFile,
     Seed,
     ServerMaxBatch,
     SloTpot,
@@ -81,9 +82,7 @@ def simulate(
     tree: Annotated[Path | None, typer.Option(help="A tree JSON, or optimize-tree --json / "
                                                    "-o output (its best result).")] = None,
     algo: Annotated[str | None, typer.Option(help="Method of the --tree file to use.")] = None,
-    schedule: Annotated[Path | None, typer.Option(
-        "--schedule", help="--policy schedule's table: optimize-tree --schedule -o output (a "
-                           "tree, or none, per running batch size and context).")] = None,
+    schedule: ScheduleFile = None,
     budget: Budget = None,
     max_depth: PolicyDepth = 12,
     runtime: PricedRuntime = None,
