@@ -50,7 +50,7 @@ from specscope.schedule import Schedule
 from specscope.serving.planners import in_turn, make_planner
 from specscope.serving.server import Server, ServeRun
 from specscope.simulator.entities import Group
-from specscope.simulator.given import given_schedule
+from specscope.simulator.given import check_schedule_pairing, given_schedule
 from specscope.simulator.metrics import request_table, summarise, time_series
 from specscope.simulator.pricing import BatchPricer
 from specscope.simulator.scheduler import Limits
@@ -166,9 +166,7 @@ def run_serve_bench(req: ServeBenchRequest, session: Session | None = None) -> S
                   else AcceptanceModel.from_vector(list(req.acceptance), source))
     pricer = None if req.hw is None else step_pricer(req.hw, session.target.name,
                                                      session.draft, source, req.runtime)
-    if (req.schedule is None) != (req.policy != "schedule"):
-        raise InputError("--policy schedule reads its table from --schedule FILE (optimize-tree "
-                         "--schedule -o); give both or neither")
+    check_schedule_pairing(req.policy, req.schedule)
     scheduled = given_schedule(req.schedule, session.target.name, source, req.trace is not None,
                                req.token_budget)
     planner, max_tree = make_planner(req.policy, source, req.budget, req.max_depth, tree,

@@ -29,6 +29,13 @@ def given_tree(tree: Path | Tree | None, algo: str | None, target: str, source: 
     return _drafted_by(found.tree, found.source, source, has_trace, token_budget, where)
 
 
+def check_schedule_pairing(policy: str, schedule: object) -> None:
+    """`--policy schedule` and `--schedule FILE` come together or not at all (one line)."""
+    if (schedule is not None) != (policy == "schedule"):
+        raise InputError("--policy schedule reads its table from --schedule FILE (optimize-tree "
+                         "--schedule -o); give both or neither")
+
+
 def given_schedule(schedule: Path | Schedule | None, target: str, source: str,
                    has_trace: bool, token_budget: int) -> ScheduleFile | None:
     """The `--schedule` file's schedule and its recorded best constant (or the `Schedule`

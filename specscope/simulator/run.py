@@ -36,7 +36,7 @@ from specscope.simulator.acceptance import Acceptance
 from specscope.simulator.economics import economics, gpus
 from specscope.simulator.entities import Group, KVCost, KVSpace, Request
 from specscope.simulator.events import EVENT_BYTES, EventLog
-from specscope.simulator.given import given_schedule, given_tree
+from specscope.simulator.given import check_schedule_pairing, given_schedule, given_tree
 from specscope.simulator.metrics import request_table, summarise, time_series
 from specscope.simulator.policies import POLICIES
 from specscope.simulator.policies.base import PolicySetup
@@ -307,9 +307,7 @@ def _check(req: SimulateRequest) -> None:
         raise InputError(f"--drift multipliers must be > 0, got {list(req.drift)}")
     if req.drift and req.policy == "none":
         raise InputError("--drift changes acceptance, which --policy none never uses")
-    if (req.schedule is not None) != (req.policy == "schedule"):
-        raise InputError("--policy schedule reads its table from --schedule FILE (optimize-tree "
-                         "--schedule -o); give both or neither")
+    check_schedule_pairing(req.policy, req.schedule)
 
 
 def _drafter(req: SimulateRequest, profile: HardwareProfile, target: ModelSpec) -> _Drafter:
