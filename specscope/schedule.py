@@ -29,6 +29,9 @@ from specscope.tree import Tree
 Range = tuple[int, int]
 """An inclusive range lo..hi of batch sizes or context lengths (lo ≤ hi)."""
 
+OPEN_CONTEXT = 2**31 - 1
+"""The upper end of an open-ended context range (the last context bucket)."""
+
 
 @dataclass(frozen=True)
 class Bucket:

@@ -249,11 +249,9 @@ def schedule_table(result: ScheduleResult) -> Table:
             "batch", "choice", "tok/s", "const tok/s", "plain tok/s", "TPOT ms",
             "plain TPOT ms"):
         table.add_column(col, justify="right" if "tok" in col or "TPOT" in col else "left")
-    contexts = any(b.context is not None for b in result.schedule.buckets)
     rows = {(r.context, r.batch): r for r in result.rows}
     for bucket in result.schedule.buckets:
-        at = [r for (_, b), r in rows.items() if bucket.holds(b, r.context)
-              and b <= bucket.batch[1]]
+        at = [r for (_, b), r in rows.items() if bucket.holds(b, r.context)]
         r = max(at, key=lambda row: row.batch)
         table.add_row(*([_contexts(bucket.context, r.context)] if contexts else []),
                       f"{bucket.batch[0]}–{bucket.batch[1]}", _choice(bucket.tree),
@@ -269,7 +267,9 @@ def _contexts(bounds: tuple[int, int] | None, priced: int) -> str:
     at."""
     if bounds is None:
         return f"any ({priced:,})"
-    top = "" if bounds[1] >= 2**31 - 1 else f"{bounds[1]:,}"
+    from specscope.schedule import OPEN_CONTEXT
+
+    top = "" if bounds[1] >= OPEN_CONTEXT else f"{bounds[1]:,}"
     return f"{bounds[0]:,}–{top} ({priced:,})"
 
 

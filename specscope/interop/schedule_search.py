@@ -38,12 +38,10 @@ from specscope.errors import InputError
 from specscope.interop.families import best_chain, best_topk, depth_limit
 from specscope.optimizers.compare import Setup, best_any_size
 from specscope.optimizers.scoring import Score, score_tree
-from specscope.schedule import Range, Schedule, merged
+from specscope.schedule import OPEN_CONTEXT, Range, Schedule, merged
 from specscope.tree import Tree
 
 FAMILIES = ("chain", "topk", "any")
-OPEN_CONTEXT = 2**31 - 1
-"""The last context bucket's upper end: every longer context."""
 ENGINE_FAMILY = {"vllm": "chain", "tensorrt-llm": "chain", "transformers": "chain",
                  "sglang": "topk"}
 """The family each export engine's schedule (or constant) is chosen in (module docstring)."""
